@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make test`: starts a real PostgreSQL server and a Kafka-protocol broker in a temporary
+# folder, runs the whole test suite against them, and stops them whatever happens.
+# Arguments are passed to `cargo test` (e.g. scripts/test.sh -p punctual-admin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/stack.sh tools
+
+work=$(mktemp -d /tmp/punctual-test.XXXXXX)
+cleanup() {
+  scripts/stack.sh broker-stop "$work" || true
+  scripts/stack.sh pg-stop "$work" || true
+  if [ "${KEEP_TEST_STACK:-}" = "" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pg_port=$(free_port)
+broker_port=$(free_port)
+
+# Durability is not what these tests measure (the fault tests start their own servers).
+PG_EXTRA_OPTS="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+  scripts/stack.sh pg-start "$work" "$pg_port"
+scripts/stack.sh broker-start "$work" "$broker_port" memory
+
+export PUNCTUAL_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port"
+export PUNCTUAL_TEST_KAFKA_BROKERS="127.0.0.1:$broker_port"
+export PUNCTUAL_TEST_STACK_DIR="$work"
+
+cargo build --workspace --bins
+cargo test --workspace "$@"

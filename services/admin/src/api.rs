@@ -1,0 +1,240 @@
+//! The REST API's handlers: `/v1/timers` and its sub-resources.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use punctual_shared::schedule::to_millis;
+use punctual_shared::timer::{NewTimer, ScheduleColumns, TimerRow, TimerSpec};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub metrics: Metrics,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/timers", post(create_timer).get(list_timers))
+        .route("/v1/timers/{id}", get(get_timer).delete(delete_timer))
+        .route("/v1/timers/{id}/pause", post(pause_timer))
+        .route("/v1/timers/{id}/resume", post(resume_timer))
+        .route("/v1/timers/{id}/runs", get(list_runs))
+        .with_state(state)
+}
+
+/// Parses a JSON body, naming the field at fault when its shape is wrong.
+fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
+    if !is_json {
+        return Err(ApiError::BadRequest { field: None, detail: "expected a JSON body with Content-Type: application/json".into() });
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = (path != ".").then_some(path);
+        let inner = e.into_inner();
+        let detail = match &field {
+            Some(f) => format!("{f}: {inner}"),
+            None => inner.to_string(),
+        };
+        ApiError::BadRequest { field, detail }
+    })?;
+    de.end().map_err(|e| ApiError::BadRequest { field: None, detail: e.to_string() })?;
+    Ok(value)
+}
+
+fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(id).map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a timer id: {id:?}") })
+}
+
+fn not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound(format!("no timer with id {id}"))
+}
+
+async fn create_timer(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<impl IntoResponse, ApiError> {
+    let spec: TimerSpec = parse_json(&headers, &body)?;
+    let timer = spec.validate()?;
+    let row = insert_timer(&state.pool, &timer).await?;
+    state.metrics.timers_created.inc();
+    tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
+    let location = format!("/v1/timers/{}", row.id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(row.to_view(Utc::now()))))
+}
+
+/// Inserts the timer for the planner to pick up (`plan_status = 'new'`, which also
+/// notifies the scanners), exactly as a plain SQL insert would: one path for both.
+async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError> {
+    let s = ScheduleColumns::from(&t.schedule);
+    let created_at = to_millis(Utc::now());
+    let result = sqlx::query_as::<_, TimerRow>(
+        "INSERT INTO timers (namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
+                             start_at, end_at, http_method, http_url, http_headers, http_body, http_timeout_ms,
+                             created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)
+         RETURNING *",
+    )
+    .bind(&t.namespace)
+    .bind(&t.name)
+    .bind(&s.schedule_kind)
+    .bind(s.run_at)
+    .bind(s.delay_ms)
+    .bind(s.interval_ms)
+    .bind(&s.cron_expr)
+    .bind(&s.timezone)
+    .bind(s.start_at)
+    .bind(s.end_at)
+    .bind(&t.http.method)
+    .bind(&t.http.url)
+    .bind(json!(t.http.headers))
+    .bind(&t.http.body)
+    .bind(t.http.timeout_ms)
+    .bind(created_at)
+    .fetch_one(pool)
+    .await;
+    match result {
+        Ok(row) => Ok(row),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(ApiError::Conflict {
+            field: Some("name".into()),
+            detail: format!("a timer named {:?} already exists in namespace {:?}", t.name, t.namespace),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let row = sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(Json(row.to_view(Utc::now())))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    namespace: Option<String>,
+    limit: Option<i64>,
+    /// Cursor: the last id of the previous page.
+    after: Option<Uuid>,
+}
+
+async fn list_timers(State(state): State<AppState>, query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest { field: Some("limit".into()), detail: "limit: must be between 1 and 1000".into() });
+    }
+    let rows = sqlx::query_as::<_, TimerRow>(
+        "SELECT * FROM timers
+          WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
+          ORDER BY id LIMIT $3",
+    )
+    .bind(&q.namespace)
+    .bind(q.after)
+    .bind(limit)
+    .fetch_all(&state.pool)
+    .await?;
+    let now = Utc::now();
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
+    Ok(Json(json!({
+        "timers": rows.iter().map(|r| r.to_view(now)).collect::<Vec<_>>(),
+        "next_after": next,
+    })))
+}
+
+/// Sets the state of a live timer; the schema's trigger does the rest (a resumed timer
+/// goes back to the planner, which continues from now).
+async fn set_state(pool: &PgPool, id: Uuid, new_state: &str) -> Result<TimerRow, ApiError> {
+    sqlx::query_as::<_, TimerRow>("UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *")
+        .bind(id)
+        .bind(new_state)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| not_found(id))
+}
+
+async fn pause_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let row = set_state(&state.pool, parse_id(&id)?, "paused").await?;
+    Ok(Json(row.to_view(Utc::now())))
+}
+
+async fn resume_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let row = set_state(&state.pool, parse_id(&id)?, "active").await?;
+    Ok(Json(row.to_view(Utc::now())))
+}
+
+/// Deleting keeps the row (and its history) with `state = 'deleted'`; occurrences not yet
+/// started are cancelled by the executor, a run in flight completes.
+async fn delete_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    set_state(&state.pool, parse_id(&id)?, "deleted").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    limit: Option<i64>,
+    status: Option<String>,
+}
+
+#[derive(Debug, sqlx::FromRow, serde::Serialize)]
+struct RunRow {
+    id: i64,
+    scheduled_at: DateTime<Utc>,
+    status: String,
+    attempt: i32,
+    claimed_at: Option<DateTime<Utc>>,
+    published_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    http_status: Option<i16>,
+    response_excerpt: Option<String>,
+    error: Option<String>,
+    duration_ms: Option<i32>,
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest { field: Some("limit".into()), detail: "limit: must be between 1 and 1000".into() });
+    }
+    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
+    if exists.is_none() {
+        return Err(not_found(id));
+    }
+    let runs = sqlx::query_as::<_, RunRow>(
+        "SELECT id, scheduled_at, status, attempt, claimed_at, published_at, started_at, finished_at,
+                http_status, response_excerpt, error, duration_ms
+           FROM tasks WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2)
+          ORDER BY scheduled_at DESC LIMIT $3",
+    )
+    .bind(id)
+    .bind(&q.status)
+    .bind(limit)
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(json!({ "runs": runs })))
+}

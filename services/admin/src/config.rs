@@ -1,0 +1,15 @@
+//! Admin settings: environment variables with documented defaults (see README).
+
+use std::net::SocketAddr;
+
+use punctual_shared::config::DatabaseConfig;
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "punctual-admin", about = "Punctual's REST API: timers, pause/resume, run history")]
+pub struct AdminConfig {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    /// Address of the REST API (and of its health and metrics endpoints).
+    #[arg(long, env = "PUNCTUAL_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+}

@@ -1,0 +1,27 @@
+//! Executor settings: environment variables with documented defaults (see README).
+
+use std::net::SocketAddr;
+
+use punctual_shared::config::{DatabaseConfig, KafkaConfig};
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "punctual-executor", about = "Consumes due tasks and runs their actions, idempotently")]
+pub struct ExecutorConfig {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub kafka: KafkaConfig,
+    /// Address of the health and metrics endpoints.
+    #[arg(long, env = "PUNCTUAL_EXECUTOR_ADDR", default_value = "127.0.0.1:8082")]
+    pub addr: SocketAddr,
+    /// Kafka consumer group of the executors.
+    #[arg(long, env = "PUNCTUAL_EXECUTOR_GROUP", default_value = "punctual-executors")]
+    pub group: String,
+    /// Most tasks running at once in this executor (a slow callback holds one slot, not a partition).
+    #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 2_000)]
+    pub max_in_flight: usize,
+    /// On shutdown, how long running callbacks may take to finish before they are abandoned
+    /// (their messages are then delivered again).
+    #[arg(long, env = "PUNCTUAL_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub drain_timeout_ms: u64,
+}

@@ -1,0 +1,258 @@
+//! The executor: a Kafka consumer group member that runs due tasks.
+//!
+//! For each batch of messages it reads: one statement starts the tasks that are still
+//! waiting (claimed or published → running) and cancels those whose timer was paused,
+//! deleted or changed; a redelivered message finds its task running or finished and is
+//! skipped. Each started task's callback runs concurrently (at most `max_in_flight` at
+//! once); outcomes are written back in batches, and only then are their offsets stored
+//! for commit, as far as the completed prefix of each partition reaches.
+
+pub mod callback;
+pub mod config;
+pub mod metrics;
+pub mod offsets;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use futures::{FutureExt, StreamExt};
+use punctual_shared::task::{self, Outcome, TaskMessage};
+use punctual_shared::{db, kafka, ops};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::Message;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::ExecutorConfig;
+use metrics::Metrics;
+use offsets::OffsetTracker;
+
+/// Most messages started by one statement.
+const START_BATCH: usize = 1_000;
+
+pub struct App {
+    config: ExecutorConfig,
+    pool: PgPool,
+    consumer: Arc<StreamConsumer>,
+    http: reqwest::Client,
+    metrics: Metrics,
+    listener: Option<TcpListener>,
+    addr: SocketAddr,
+}
+
+/// A message's place in its partition.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    partition: i32,
+    offset: i64,
+}
+
+/// A finished run on its way to the status write-back.
+struct Finished {
+    outcome: Outcome,
+    position: Position,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl App {
+    pub async fn build(config: ExecutorConfig) -> anyhow::Result<Self> {
+        let pool = db::connect_lazy(&config.database)?;
+        db::migrate(&pool).await.context("running migrations")?;
+        kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
+            .await
+            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        let consumer: StreamConsumer = kafka::client_config(&config.kafka)
+            .set("group.id", &config.group)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            // Offsets are stored by us, only for work whose outcome is written.
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "30000")
+            .set("fetch.wait.max.ms", "10")
+            .create()
+            .context("creating the Kafka consumer")?;
+        consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
+        let http = callback::client().context("creating the HTTP client")?;
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        tracing::info!(%addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
+        Ok(Self { config, pool, consumer: Arc::new(consumer), http, metrics: Metrics::new(), listener: Some(listener), addr })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
+        let listener = self.listener.take().expect("run once");
+        let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
+        let ops_token = CancellationToken::new();
+        let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
+        let writer = tokio::spawn(write_back(
+            self.pool.clone(),
+            self.consumer.clone(),
+            self.config.kafka.tasks_topic.clone(),
+            offsets.clone(),
+            self.metrics.clone(),
+            finished_rx,
+        ));
+        let runs = TaskTracker::new();
+        let consumed = consume(&self, &offsets, &finished_tx, &runs, &token).await;
+        drop(finished_tx);
+        // Drain: let running callbacks finish (bounded), then the write-back.
+        runs.close();
+        if tokio::time::timeout(Duration::from_millis(self.config.drain_timeout_ms), runs.wait()).await.is_err() {
+            tracing::warn!("drain timeout: abandoning running callbacks; their messages will be delivered again");
+        }
+        let _ = writer.await;
+        if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
+            tracing::debug!(error = %e, "final commit");
+        }
+        ops_token.cancel();
+        ops.await.context("ops server panicked")?.context("serving ops endpoints")?;
+        consumed
+    }
+}
+
+async fn consume(
+    app: &App,
+    offsets: &Mutex<OffsetTracker>,
+    finished_tx: &mpsc::UnboundedSender<Finished>,
+    runs: &TaskTracker,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(Semaphore::new(app.config.max_in_flight));
+    let mut stream = app.consumer.stream();
+    loop {
+        // A slot first, so that a full executor stops reading instead of buffering.
+        let first_slot = tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            slot = slots.clone().acquire_owned() => slot.expect("semaphore never closed"),
+        };
+        let first = tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            m = stream.next() => m,
+        };
+        let Some(first) = first else { return Ok(()) };
+        // Then whatever else is already fetched, up to a batch, without waiting.
+        let mut batch = vec![(first, first_slot)];
+        while batch.len() < START_BATCH {
+            let Ok(slot) = slots.clone().try_acquire_owned() else { break };
+            match stream.next().now_or_never() {
+                Some(Some(m)) => batch.push((m, slot)),
+                _ => break,
+            }
+        }
+        let mut messages = Vec::with_capacity(batch.len());
+        for (received, slot) in batch {
+            let message = match received {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kafka consumer error");
+                    continue;
+                }
+            };
+            let position = Position { partition: message.partition(), offset: message.offset() };
+            offsets.lock().expect("offsets lock").received(position.partition, position.offset);
+            match message.payload().map(serde_json::from_slice::<TaskMessage>) {
+                Some(Ok(task)) => messages.push((task, position, slot)),
+                _ => {
+                    // Not ours to run; never blocks the partition.
+                    tracing::error!(partition = position.partition, offset = position.offset, "undecodable task message skipped");
+                    store(app, offsets, position);
+                }
+            }
+        }
+        if messages.is_empty() {
+            continue;
+        }
+        let ids: Vec<i64> = messages.iter().map(|(t, _, _)| t.task_id).collect();
+        let started = loop {
+            match task::start(&app.pool, &ids).await {
+                Ok(started) => break started,
+                Err(e) => {
+                    // Nothing is stored for these messages: retry, or after a restart they
+                    // are delivered again.
+                    app.metrics.db_errors.inc();
+                    tracing::warn!(error = %e, "starting tasks failed; retrying");
+                    tokio::select! {
+                        _ = token.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
+            }
+        };
+        let now = Utc::now();
+        let mut started: std::collections::HashMap<i64, task::StartedTask> = started.into_iter().map(|s| (s.id, s)).collect();
+        for (message, position, slot) in messages {
+            let Some(started_task) = started.remove(&message.task_id) else {
+                app.metrics.skipped.inc();
+                store(app, offsets, position);
+                continue;
+            };
+            let lag = (now - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+            app.metrics.fire_lag.observe(lag.max(0.0));
+            app.metrics.in_flight.inc();
+            let http = app.http.clone();
+            let metrics = app.metrics.clone();
+            let finished_tx = finished_tx.clone();
+            runs.spawn(async move {
+                let outcome = callback::call(&http, &started_task).await;
+                metrics.callback_duration.observe(outcome.duration_ms as f64 / 1e3);
+                metrics.in_flight.dec();
+                let _ = finished_tx.send(Finished { outcome, position, _permit: slot });
+            });
+        }
+    }
+}
+
+fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Position) {
+    store_offset(&app.consumer, &app.config.kafka.tasks_topic, offsets, position);
+}
+
+fn store_offset(consumer: &StreamConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
+    let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
+    if let Some(offset) = done_through {
+        // librdkafka stores offset + 1: the next message to read.
+        if let Err(e) = consumer.store_offset(topic, position.partition, offset) {
+            // The partition was revoked meanwhile: its new owner reads it from the last commit.
+            tracing::debug!(error = %e, partition = position.partition, "offset not stored");
+        }
+    }
+}
+
+/// Writes outcomes in batches, then stores the offsets of their messages.
+async fn write_back(
+    pool: PgPool,
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    offsets: Arc<Mutex<OffsetTracker>>,
+    metrics: Metrics,
+    mut finished_rx: mpsc::UnboundedReceiver<Finished>,
+) {
+    let mut batch = Vec::with_capacity(1_000);
+    while finished_rx.recv_many(&mut batch, 1_000).await > 0 {
+        let outcomes: Vec<Outcome> = batch.iter().map(|f| f.outcome.clone()).collect();
+        let mut delay = Duration::from_millis(100);
+        while let Err(e) = task::finish(&pool, &outcomes).await {
+            // Keep trying: the offsets wait for the write, so a crash meanwhile means a
+            // redelivery, never a lost outcome.
+            metrics.db_errors.inc();
+            tracing::warn!(error = %e, count = outcomes.len(), "writing outcomes failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+        for f in batch.drain(..) {
+            let label = f.outcome.status.as_str();
+            metrics.executed.with_label_values(&[label]).inc();
+            store_offset(&consumer, &topic, &offsets, f.position);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Scanner settings: environment variables with documented defaults (see README).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use punctual_shared::config::{DatabaseConfig, KafkaConfig};
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "punctual-scanner", about = "Plans timer occurrences, claims due tasks and publishes each at its fire time")]
+pub struct ScannerConfig {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub kafka: KafkaConfig,
+    /// Address of the health and metrics endpoints.
+    #[arg(long, env = "PUNCTUAL_SCANNER_ADDR", default_value = "127.0.0.1:8081")]
+    pub addr: SocketAddr,
+    /// Name this scanner claims tasks under (default: scanner-<random>); must differ between scanners.
+    #[arg(long, env = "PUNCTUAL_SCANNER_ID")]
+    pub scanner_id: Option<String>,
+    /// How often the scanner plans and claims, when no notification wakes it earlier.
+    #[arg(long, env = "PUNCTUAL_SCAN_INTERVAL_MS", default_value_t = 200)]
+    pub scan_interval_ms: u64,
+    /// Occurrences are planned into task rows this far ahead (timers are re-planned when
+    /// their planned horizon is nearer than this, up to twice this ahead).
+    #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 10_000)]
+    pub plan_horizon_ms: u64,
+    /// Pending tasks due within this window are claimed and held in memory until they fire.
+    #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 5_000)]
+    pub lookahead_ms: u64,
+    /// A claim expires this long after it was taken; another scanner may then take the task.
+    #[arg(long, env = "PUNCTUAL_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Most tasks claimed by one statement.
+    #[arg(long, env = "PUNCTUAL_CLAIM_BATCH", default_value_t = 5_000)]
+    pub claim_batch: i64,
+    /// Most tasks held in memory; claiming pauses above it.
+    #[arg(long, env = "PUNCTUAL_MAX_HELD", default_value_t = 2_000_000)]
+    pub max_held: usize,
+    /// Occurrences missed by more than this (system down or behind) are fired once, not each.
+    #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
+    pub misfire_threshold_ms: u64,
+}
+
+impl ScannerConfig {
+    pub fn scan_interval(&self) -> Duration {
+        Duration::from_millis(self.scan_interval_ms)
+    }
+    pub fn lookahead(&self) -> Duration {
+        Duration::from_millis(self.lookahead_ms)
+    }
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// Cross-field rules, checked at start-up.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease_ms <= self.lookahead_ms + 1_000 {
+            return Err(format!(
+                "PUNCTUAL_LEASE_MS ({}) must exceed PUNCTUAL_LOOKAHEAD_MS ({}) by more than 1000: a claim must outlive the wait for its fire time",
+                self.lease_ms, self.lookahead_ms
+            ));
+        }
+        if self.claim_batch < 1 || self.scan_interval_ms == 0 {
+            return Err("PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into());
+        }
+        Ok(())
+    }
+}

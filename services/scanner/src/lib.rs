@@ -1,0 +1,217 @@
+//! The scanner: plans timer occurrences into task rows, claims due tasks in lookahead
+//! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
+//!
+//! Three long-lived tasks under one cancellation token:
+//! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
+//!   a `punctual_timers` notification arrives;
+//! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
+//!   and publishes them;
+//! * the publish marker ([`publisher::mark_published_loop`]): writes `published` for
+//!   delivered messages, in batches.
+
+pub mod config;
+pub mod metrics;
+pub mod planner;
+pub mod publisher;
+pub mod wheel;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use chrono::Utc;
+use punctual_shared::task::{self, ClaimedTask};
+use punctual_shared::{db, kafka, ops};
+use rdkafka::producer::FutureProducer;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::ScannerConfig;
+use metrics::Metrics;
+use planner::Planner;
+
+pub struct App {
+    config: ScannerConfig,
+    owner: String,
+    pool: PgPool,
+    producer: FutureProducer,
+    partitions: i32,
+    metrics: Metrics,
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+impl App {
+    /// Connects, migrates, makes sure the tasks topic exists, binds the ops endpoint.
+    pub async fn build(config: ScannerConfig) -> anyhow::Result<Self> {
+        config.check().map_err(anyhow::Error::msg)?;
+        let owner = config
+            .scanner_id
+            .clone()
+            .unwrap_or_else(|| format!("scanner-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
+        let pool = db::connect_lazy(&config.database)?;
+        db::migrate(&pool).await.context("running migrations")?;
+        let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
+            .await
+            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        let producer = publisher::producer(&config.kafka)?;
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
+        Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Runs until `token` is cancelled. On the way out, tasks still held are left claimed:
+    /// their leases expire and another scanner (or this one, restarted) claims them again.
+    pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
+        let tracker = TaskTracker::new();
+        let wake = Arc::new(Notify::new());
+        let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
+        let (delivered_tx, delivered_rx) = mpsc::unbounded_channel::<i64>();
+
+        tracker.spawn(listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
+        tracker.spawn(scan_loop(
+            self.config.clone(),
+            self.owner.clone(),
+            self.pool.clone(),
+            self.metrics.clone(),
+            claimed_tx,
+            wake,
+            token.clone(),
+        ));
+        tracker.spawn(publisher::drive_wheel(
+            publisher::Publisher {
+                producer: self.producer.clone(),
+                topic: self.config.kafka.tasks_topic.clone(),
+                partitions: self.partitions,
+                metrics: self.metrics.clone(),
+                delivered: delivered_tx,
+            },
+            claimed_rx,
+            token.clone(),
+        ));
+        tracker.spawn(publisher::mark_published_loop(self.pool.clone(), self.owner.clone(), delivered_rx));
+        tracker.close();
+
+        let served = ops::serve(self.listener, ops::router(self.metrics.registry.clone()), token.clone()).await;
+        token.cancel();
+        tracker.wait().await;
+        served.context("serving ops endpoints")
+    }
+}
+
+/// Wakes the scan loop when a timer needs planning. A lost connection is re-made by
+/// PgListener; meanwhile the scan interval keeps things moving.
+async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationToken) {
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "LISTEN connection failed; retrying");
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        if let Err(e) = listener.listen("punctual_timers").await {
+            tracing::warn!(error = %e, "LISTEN failed; retrying");
+            continue;
+        }
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                received = listener.recv() => match received {
+                    Ok(_) => wake.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection lost");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Plans and claims, every scan interval or when woken.
+async fn scan_loop(
+    config: ScannerConfig,
+    owner: String,
+    pool: PgPool,
+    metrics: Metrics,
+    claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
+    wake: Arc<Notify>,
+    token: CancellationToken,
+) {
+    let planner = Planner {
+        horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
+        misfire_threshold: std::time::Duration::from_millis(config.misfire_threshold_ms),
+    };
+    let mut interval = tokio::time::interval(config.scan_interval());
+    interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        // Register for a wake-up before scanning, so a notification that arrives during
+        // the scan is not lost.
+        let notified = wake.notified();
+        if let Err(e) = scan_once(&config, &owner, &pool, &metrics, &planner, &claimed_tx).await {
+            metrics.scan_errors.inc();
+            tracing::warn!(error = %e, "scan failed; will retry");
+        }
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = interval.tick() => {}
+            _ = notified => {}
+        }
+    }
+}
+
+async fn scan_once(
+    config: &ScannerConfig,
+    owner: &str,
+    pool: &PgPool,
+    metrics: &Metrics,
+    planner: &Planner,
+    claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
+) -> Result<(), sqlx::Error> {
+    loop {
+        let report = planner.validate_new(pool, Utc::now()).await?;
+        metrics.timers_invalid.inc_by(report.invalid as u64);
+        if report.timers < planner::PASS_SIZE as usize {
+            break;
+        }
+    }
+    loop {
+        let report = planner.plan_due(pool, Utc::now()).await?;
+        metrics.planned.inc_by(report.tasks_planned);
+        if report.timers < planner::PASS_SIZE as usize {
+            break;
+        }
+    }
+    loop {
+        if metrics.held.get() as usize >= config.max_held {
+            break;
+        }
+        let claimed = task::claim(pool, owner, config.lookahead(), config.lease(), config.claim_batch).await?;
+        let n = claimed.len();
+        metrics.claimed.inc_by(n as u64);
+        if n > 0 && claimed_tx.send(claimed).await.is_err() {
+            break; // the wheel driver has stopped: shutting down
+        }
+        if (n as i64) < config.claim_batch {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! The planner: turns timers into task rows, one per occurrence, a horizon ahead.
+//!
+//! Two passes, each one transaction over a batch of timers locked with SKIP LOCKED, so
+//! several scanners can plan at once without blocking each other or planning twice (and
+//! the unique key (timer_id, scheduled_at) would absorb a double plan anyway):
+//! * [`Planner::validate_new`] reads rows in `plan_status = 'new'` (plain SQL inserts,
+//!   edits, resumes), checks them, and either marks them invalid with the reason or sets
+//!   their first occurrence;
+//! * [`Planner::plan_due`] extends the plan of each active timer whose planned horizon is
+//!   nearer than `horizon`, up to twice `horizon` ahead, so a timer's row is written about
+//!   once per horizon, not once per occurrence.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use punctual_shared::task::{self, PlannedTask};
+use punctual_shared::timer::TimerRow;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Most timers a pass reads; a pass that reads this many runs again at once.
+pub const PASS_SIZE: i64 = 500;
+/// Most occurrences planned for one timer in one pass.
+const MAX_OCCURRENCES_PER_PASS: usize = 10_000;
+
+#[derive(Debug, Clone)]
+pub struct Planner {
+    pub horizon: Duration,
+    pub misfire_threshold: Duration,
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub timers: usize,
+    pub tasks_planned: u64,
+    pub invalid: usize,
+}
+
+/// The new plan state of a timer.
+struct PlanUpdate {
+    id: Uuid,
+    plan_status: &'static str,
+    next_plan_at: Option<DateTime<Utc>>,
+    invalid_reason: Option<String>,
+}
+
+impl Planner {
+    /// Checks timers in `plan_status = 'new'` and sets their first occurrence to plan.
+    pub async fn validate_new(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
+        let mut tx = db.begin().await?;
+        let rows: Vec<TimerRow> = sqlx::query_as(
+            "SELECT * FROM timers WHERE plan_status = 'new' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(PASS_SIZE)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut report = PassReport { timers: rows.len(), ..Default::default() };
+        let mut updates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let checked = row.schedule().and_then(|s| row.http_action().map(|_| s));
+            let update = match checked {
+                Err(e) => {
+                    report.invalid += 1;
+                    tracing::warn!(timer_id = %row.id, error = %e, "timer marked invalid");
+                    PlanUpdate { id: row.id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(e.to_string()) }
+                }
+                Ok(schedule) => {
+                    let first = if schedule.is_one_shot() {
+                        schedule.one_shot_at(row.created_at)
+                    } else {
+                        // A resumed timer continues from where its plan stopped, but not
+                        // before now: what was missed while paused is not fired. An edited
+                        // timer (next_plan_at reset by the schema's trigger) starts from now.
+                        let from = row.next_plan_at.map_or(now, |n| n.max(now));
+                        schedule.first_from(row.created_at, from)
+                    };
+                    match first {
+                        Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
+                        None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+                    }
+                }
+            };
+            updates.push(update);
+        }
+        write_updates(&mut tx, &updates).await?;
+        tx.commit().await?;
+        Ok(report)
+    }
+
+    /// Plans occurrences of the active timers whose plan ends within the horizon.
+    pub async fn plan_due(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
+        let horizon = chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10));
+        let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
+        let mut tx = db.begin().await?;
+        let rows: Vec<TimerRow> = sqlx::query_as(
+            "SELECT * FROM timers
+              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $1
+              ORDER BY next_plan_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(now + horizon)
+        .bind(PASS_SIZE)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut report = PassReport { timers: rows.len(), ..Default::default() };
+        let plan_until = now + horizon * 2;
+        let mut tasks = Vec::new();
+        let mut updates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let schedule = match row.schedule() {
+                Ok(s) => s,
+                Err(e) => {
+                    // Only reachable if the row was changed behind the trigger's back.
+                    report.invalid += 1;
+                    updates.push(PlanUpdate { id: row.id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(e.to_string()) });
+                    continue;
+                }
+            };
+            let Some(first) = row.next_plan_at else { continue };
+            let planned_before = tasks.len();
+            let mut missed: Option<DateTime<Utc>> = None;
+            let mut next = Some(first);
+            while let Some(at) = next {
+                if at >= plan_until || tasks.len() - planned_before >= MAX_OCCURRENCES_PER_PASS {
+                    break;
+                }
+                if at < now - misfire {
+                    // Missed by more than the misfire threshold: of a run of such
+                    // occurrences only the latest is fired (fire-once).
+                    missed = Some(at);
+                } else {
+                    if let Some(m) = missed.take() {
+                        tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+                    }
+                    tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
+                }
+                next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
+            }
+            if let Some(m) = missed {
+                tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+            }
+            updates.push(match next {
+                Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
+                None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+            });
+        }
+        for chunk in tasks.chunks(10_000) {
+            report.tasks_planned += task::plan(&mut *tx, chunk).await?;
+        }
+        write_updates(&mut tx, &updates).await?;
+        tx.commit().await?;
+        Ok(report)
+    }
+}
+
+async fn write_updates(tx: &mut sqlx::PgConnection, updates: &[PlanUpdate]) -> Result<(), sqlx::Error> {
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = updates.iter().map(|u| u.id).collect();
+    let statuses: Vec<&str> = updates.iter().map(|u| u.plan_status).collect();
+    let nexts: Vec<Option<DateTime<Utc>>> = updates.iter().map(|u| u.next_plan_at).collect();
+    let reasons: Vec<Option<&str>> = updates.iter().map(|u| u.invalid_reason.as_deref()).collect();
+    sqlx::query(
+        "UPDATE timers t SET plan_status = u.plan_status, next_plan_at = u.next_plan_at, invalid_reason = u.reason
+           FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) AS u(id, plan_status, next_plan_at, reason)
+          WHERE t.id = u.id",
+    )
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&nexts)
+    .bind(&reasons)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

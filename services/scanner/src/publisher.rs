@@ -1,0 +1,151 @@
+//! Publishing held tasks at their fire time.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::stream::{FuturesUnordered, StreamExt};
+use punctual_shared::config::KafkaConfig;
+use punctual_shared::kafka;
+use punctual_shared::task::{self, ClaimedTask, TaskMessage};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+use crate::wheel::TimingWheel;
+
+/// An idempotent producer: a retried send never duplicates a message in the log.
+pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    kafka::client_config(cfg)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("queue.buffering.max.messages", "2000000")
+        .set("message.timeout.ms", "30000")
+        .create()
+}
+
+pub struct Publisher {
+    pub producer: FutureProducer,
+    pub topic: String,
+    pub partitions: i32,
+    pub metrics: Metrics,
+    pub delivered: mpsc::UnboundedSender<i64>,
+}
+
+impl Publisher {
+    /// Sends the tasks; returns the deliveries to await. A task whose claim has expired
+    /// is dropped, not sent: another scanner may own it now (a scanner frozen past its
+    /// lease must not publish what it no longer holds).
+    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<(i64, DeliveryFuture)>) {
+        let now = Utc::now();
+        for t in tasks {
+            if t.lease_until <= now {
+                self.metrics.fenced.inc();
+                tracing::warn!(task_id = t.id, "claim expired before publishing; dropped");
+                continue;
+            }
+            let message = TaskMessage::from(&t);
+            let key = message.key();
+            let payload = serde_json::to_vec(&message).expect("a task message serializes");
+            let partition = i32::from(t.bucket) % self.partitions;
+            let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
+            match self.producer.send_result(record) {
+                Ok(delivery) => {
+                    let lag = (now - t.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    self.metrics.publish_lag.observe(lag.max(0.0));
+                    pending.push((t.id, delivery));
+                }
+                Err((e, _)) => {
+                    // Left claimed: when the lease expires the task is claimed and sent again.
+                    self.metrics.publish_errors.inc();
+                    tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
+                }
+            }
+        }
+    }
+}
+
+/// Holds claimed tasks in the timing wheel and publishes each when its time comes.
+pub async fn drive_wheel(
+    publisher: Publisher,
+    mut claimed_rx: mpsc::Receiver<Vec<ClaimedTask>>,
+    token: CancellationToken,
+) {
+    let now_ms = || Utc::now().timestamp_millis().max(0) as u64;
+    let mut wheel: TimingWheel<ClaimedTask> = TimingWheel::new(now_ms());
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let deliveries = TaskTracker::new();
+    let mut due = Vec::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => break,
+            batch = claimed_rx.recv() => {
+                let Some(batch) = batch else { break };
+                for t in batch {
+                    let deadline = t.scheduled_at.timestamp_millis().max(0) as u64;
+                    if let Err(t) = wheel.insert(deadline, t) {
+                        due.push(t);
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                wheel.advance(now_ms(), &mut due);
+            }
+        }
+        publisher.metrics.held.set(wheel.len() as i64);
+        if !due.is_empty() {
+            let mut pending = Vec::with_capacity(due.len());
+            publisher.send(std::mem::take(&mut due), &mut pending);
+            let delivered = publisher.delivered.clone();
+            let metrics = publisher.metrics.clone();
+            deliveries.spawn(await_deliveries(pending, delivered, metrics));
+        }
+    }
+    deliveries.close();
+    deliveries.wait().await;
+}
+
+async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, delivered: mpsc::UnboundedSender<i64>, metrics: Metrics) {
+    let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
+    while let Some((id, result)) = futures.next().await {
+        match result {
+            Ok(Ok(_)) => {
+                metrics.published.inc();
+                let _ = delivered.send(id);
+            }
+            Ok(Err((e, _))) => {
+                metrics.publish_errors.inc();
+                tracing::warn!(task_id = id, error = %e, "delivery failed; the task will be re-claimed");
+            }
+            Err(_) => {
+                metrics.publish_errors.inc();
+                tracing::warn!(task_id = id, "delivery cancelled; the task will be re-claimed");
+            }
+        }
+    }
+}
+
+/// Marks delivered tasks published, as many per statement as have arrived. Ends when
+/// every sender is gone (after the wheel driver and its deliveries end).
+pub async fn mark_published_loop(pool: PgPool, owner: String, mut delivered: mpsc::UnboundedReceiver<i64>) {
+    let mut ids = Vec::with_capacity(10_000);
+    while delivered.recv_many(&mut ids, 10_000).await > 0 {
+        // A failed write only delays the mark: the executor accepts claimed tasks too.
+        let mut attempts = 0;
+        while let Err(e) = task::mark_published(&pool, &owner, &ids).await {
+            attempts += 1;
+            tracing::warn!(error = %e, count = ids.len(), "marking tasks published failed");
+            if attempts >= 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
+        }
+        ids.clear();
+    }
+}

@@ -1,0 +1,42 @@
+//! Database access: the pool and the migrations.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::config::DatabaseConfig;
+
+/// The schema, embedded: every service can bring a database up to date.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Opens a pool. Connections are made lazily and re-made after a failure, so a service
+/// started before Postgres, or outliving a Postgres restart, recovers by itself.
+pub fn connect_lazy(cfg: &DatabaseConfig) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = cfg.database_url.expose().parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(cfg.database_max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options.application_name("punctual")))
+}
+
+/// Runs the migrations, retrying while the database is not reachable yet.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    let mut attempts = 0;
+    loop {
+        match MIGRATOR.run(pool).await {
+            Err(sqlx::migrate::MigrateError::Execute(e)) if attempts < 30 && is_connection_error(&e) => {
+                attempts += 1;
+                tracing::warn!(error = %e, "database not reachable yet; retrying migrations");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether an error means the database could not be reached (worth retrying), as opposed
+/// to a statement that failed.
+pub fn is_connection_error(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+}

@@ -1,0 +1,64 @@
+//! Kafka plumbing shared by the scanner and the executor.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+
+use crate::config::KafkaConfig;
+
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.kafka_brokers);
+    c
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("could not create topic {topic}: {code}")]
+    Create { topic: String, code: RDKafkaErrorCode },
+    #[error("topic {0} has no partitions")]
+    NoPartitions(String),
+}
+
+/// Creates the topic if it does not exist; returns its partition count.
+pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<i32, TopicError> {
+    let admin: AdminClient<DefaultClientContext> = client_config(cfg).create()?;
+    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin.create_topics([&new_topic], &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => return Err(TopicError::Create { topic, code }),
+        }
+    }
+    partition_count(cfg, topic).await
+}
+
+/// Reads the topic's partition count from the cluster's metadata.
+pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, TopicError> {
+    let cfg = cfg.clone();
+    let topic = topic.to_owned();
+    // Metadata requests block: keep them off the async workers.
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client_config(&cfg).create()?;
+        for _ in 0..50 {
+            let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
+            let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
+            if count > 0 {
+                return Ok(count as i32);
+            }
+            // A topic just created may take a moment to show its partitions.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(TopicError::NoPartitions(topic))
+    })
+    .await
+    .expect("metadata task panicked")
+}

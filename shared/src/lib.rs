@@ -1,0 +1,12 @@
+//! Punctual's common crate: the domain (timers, schedules, tasks and their state machine),
+//! schema access, the Kafka message format, configuration, telemetry and the operations
+//! endpoints every service serves.
+
+pub mod config;
+pub mod db;
+pub mod kafka;
+pub mod ops;
+pub mod schedule;
+pub mod task;
+pub mod telemetry;
+pub mod timer;

@@ -1,0 +1,53 @@
+//! The operations endpoints every service serves: `GET /healthz` and `GET /metrics`.
+
+use std::net::SocketAddr;
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub fn router(registry: Registry) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(move || metrics(registry.clone())))
+}
+
+async fn metrics(registry: Registry) -> impl IntoResponse {
+    let mut body = Vec::new();
+    match TextEncoder::new().encode(&registry.gather(), &mut body) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Binds `addr` (port 0 picks a free port: see the returned address).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    Ok((listener, local))
+}
+
+/// Serves `router` until `token` is cancelled, then finishes the requests in flight.
+pub async fn serve(listener: TcpListener, router: Router, token: CancellationToken) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(token.cancelled_owned()).await
+}
+
+/// A histogram of fire lag in seconds, with buckets from 1 ms to 60 s.
+pub fn lag_buckets() -> Vec<f64> {
+    vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+}
+
+/// Cancels `token` on SIGINT or SIGTERM. For binaries only: libraries take a token.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}

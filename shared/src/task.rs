@@ -1,0 +1,303 @@
+//! Tasks (one per occurrence) and their state machine, in one place.
+//!
+//! ```text
+//! pending ──claim──▶ claimed ──publish──▶ published ──start──▶ running ──finish──▶ succeeded | failed
+//!    ▲                  │ lease expired: claimable again          │
+//!    └──────────────────┘                   start on a paused, deleted or edited timer ──▶ cancelled
+//! ```
+//!
+//! Every transition is one conditional SQL statement over a batch of tasks, so a service
+//! never re-spells a transition and a redelivered or stale request changes nothing. The
+//! statements are written for batches because they are the hot path: an occurrence costs
+//! one insert and four updates, each shared with the other tasks of its batch.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::timer::task_identity;
+
+/// Occurrences are spread over this many buckets by timer id; a bucket maps to a Kafka
+/// partition (bucket mod partitions) and is the unit later leased among scanners. Fixed:
+/// changing it would move timers between buckets.
+pub const BUCKETS: u16 = 1024;
+
+/// The bucket of a timer: stable, spread evenly for random (v4) ids.
+pub fn bucket_of(timer_id: Uuid) -> i16 {
+    let b = timer_id.as_bytes();
+    (u16::from_be_bytes([b[14], b[15]]) % BUCKETS) as i16
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Pending,
+    Claimed,
+    Published,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Claimed => "claimed",
+            TaskStatus::Published => "published",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// An occurrence to insert.
+#[derive(Debug, Clone)]
+pub struct PlannedTask {
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub timer_version: i64,
+}
+
+/// Inserts occurrences; an occurrence that exists already is left alone, unless it was
+/// planned from an older version of its timer and has not started, in which case it is
+/// re-planned from the new version. Returns how many rows were inserted or re-planned.
+pub async fn plan(db: impl PgExecutor<'_>, tasks: &[PlannedTask]) -> Result<u64, sqlx::Error> {
+    if tasks.is_empty() {
+        return Ok(0);
+    }
+    let timer_ids: Vec<Uuid> = tasks.iter().map(|t| t.timer_id).collect();
+    let scheduled: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.scheduled_at).collect();
+    let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
+    let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
+    let result = sqlx::query(
+        "INSERT INTO tasks (timer_id, scheduled_at, timer_version, bucket)
+         SELECT * FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[])
+         ON CONFLICT (timer_id, scheduled_at) DO UPDATE
+            SET timer_version = EXCLUDED.timer_version, status = 'pending', attempt = 1,
+                claim_owner = NULL, lease_until = NULL, error = NULL, finished_at = NULL
+          WHERE tasks.timer_version < EXCLUDED.timer_version
+            AND tasks.status IN ('pending', 'claimed', 'published', 'cancelled')",
+    )
+    .bind(&timer_ids)
+    .bind(&scheduled)
+    .bind(&versions)
+    .bind(&buckets)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// A task claimed by a scanner, to be published at `scheduled_at`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClaimedTask {
+    pub id: i64,
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub bucket: i16,
+    pub attempt: i32,
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Claims up to `limit` tasks: pending ones due before now + `lookahead`, and claimed
+/// ones whose lease has expired (their scanner died or froze). Each row is locked with
+/// SKIP LOCKED, so concurrent claimers never block on or share a task.
+pub async fn claim(
+    db: &PgPool,
+    owner: &str,
+    lookahead: Duration,
+    lease: Duration,
+    limit: i64,
+) -> Result<Vec<ClaimedTask>, sqlx::Error> {
+    sqlx::query_as::<_, ClaimedTask>(
+        "WITH due AS (
+            SELECT id FROM tasks
+             WHERE status = 'pending' AND scheduled_at < now() + $3::interval
+             ORDER BY scheduled_at
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED
+         ), expired AS (
+            SELECT id FROM tasks
+             WHERE status = 'claimed' AND lease_until < now()
+             ORDER BY lease_until
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE tasks t
+            SET status = 'claimed', claim_owner = $1, claimed_at = now(),
+                lease_until = now() + $2::interval
+           FROM (SELECT id FROM due UNION ALL SELECT id FROM expired) c
+          WHERE t.id = c.id
+         RETURNING t.id, t.timer_id, t.scheduled_at, t.bucket, t.attempt, t.lease_until",
+    )
+    .bind(owner)
+    .bind(lease)
+    .bind(lookahead)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Marks tasks published, where this owner still holds their claim. A task whose
+/// executor already started it stays as it is.
+pub async fn mark_published(db: &PgPool, owner: &str, ids: &[i64]) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE tasks SET status = 'published', published_at = now()
+          WHERE id = ANY($1) AND status = 'claimed' AND claim_owner = $2",
+    )
+    .bind(ids)
+    .bind(owner)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// A task that the executor now runs, with its timer's action.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StartedTask {
+    pub id: i64,
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub http_method: String,
+    pub http_url: Option<String>,
+    pub http_headers: Value,
+    pub http_body: Option<Value>,
+    pub http_timeout_ms: i32,
+}
+
+impl StartedTask {
+    pub fn identity(&self) -> String {
+        task_identity(self.timer_id, self.scheduled_at)
+    }
+}
+
+/// Starts tasks: claimed or published → running, where the timer is still active and
+/// unchanged since the task was planned; the others of the batch that are still waiting
+/// are cancelled. A task already running or finished (a redelivered message) is neither
+/// started nor cancelled: the caller gets back only what it must run.
+pub async fn start(db: &PgPool, ids: &[i64]) -> Result<Vec<StartedTask>, sqlx::Error> {
+    sqlx::query_as::<_, StartedTask>(
+        "WITH waiting AS (
+            SELECT t.id, (tm.state = 'active' AND tm.version = t.timer_version) AS runnable
+              FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+             WHERE t.id = ANY($1) AND t.status IN ('claimed', 'published')
+             FOR UPDATE OF t
+         ), cancelled AS (
+            UPDATE tasks t SET status = 'cancelled', finished_at = now(),
+                   error = 'timer paused, deleted or changed before the occurrence ran'
+              FROM waiting w
+             WHERE t.id = w.id AND NOT w.runnable
+         ), started AS (
+            UPDATE tasks t SET status = 'running', started_at = now()
+              FROM waiting w
+             WHERE t.id = w.id AND w.runnable
+            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
+         )
+         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at,
+                tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms
+           FROM started s JOIN timers tm ON tm.id = s.timer_id",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub task_id: i64,
+    pub status: TaskStatus,
+    pub http_status: Option<i16>,
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i32,
+}
+
+/// Writes back the outcomes of running tasks: running → succeeded | failed.
+pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = outcomes.iter().map(|o| o.task_id).collect();
+    let statuses: Vec<&str> = outcomes.iter().map(|o| o.status.as_str()).collect();
+    let codes: Vec<Option<i16>> = outcomes.iter().map(|o| o.http_status).collect();
+    let excerpts: Vec<Option<&str>> = outcomes.iter().map(|o| o.response_excerpt.as_deref()).collect();
+    let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
+    let durations: Vec<i32> = outcomes.iter().map(|o| o.duration_ms).collect();
+    let result = sqlx::query(
+        "UPDATE tasks t
+            SET status = v.status, finished_at = now(), http_status = v.http_status,
+                response_excerpt = v.excerpt, error = v.error, duration_ms = v.duration_ms
+           FROM UNNEST($1::bigint[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::int[])
+                AS v(id, status, http_status, excerpt, error, duration_ms)
+          WHERE t.id = v.id AND t.status = 'running'",
+    )
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&codes)
+    .bind(&excerpts)
+    .bind(&errors)
+    .bind(&durations)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// The Kafka message for a due task. The key is the task identity; the value carries
+/// what the executor needs to find the task row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskMessage {
+    pub task_id: i64,
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: i32,
+}
+
+impl TaskMessage {
+    pub fn key(&self) -> String {
+        task_identity(self.timer_id, self.scheduled_at)
+    }
+}
+
+impl From<&ClaimedTask> for TaskMessage {
+    fn from(t: &ClaimedTask) -> Self {
+        Self { task_id: t.id, timer_id: t.timer_id, scheduled_at: t.scheduled_at, attempt: t.attempt }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_in_range_and_stable() {
+        for _ in 0..1000 {
+            let id = Uuid::new_v4();
+            let b = bucket_of(id);
+            assert!((0..BUCKETS as i16).contains(&b));
+            assert_eq!(b, bucket_of(id));
+        }
+    }
+
+    #[test]
+    fn message_round_trips_and_keys_by_identity() {
+        let m = TaskMessage {
+            task_id: 7,
+            timer_id: Uuid::nil(),
+            scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc),
+            attempt: 1,
+        };
+        let v = serde_json::to_vec(&m).unwrap();
+        assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
+        assert_eq!(m.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z");
+    }
+}

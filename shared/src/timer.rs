@@ -1,0 +1,422 @@
+//! Timers: what users define, through the admin API (JSON) or plain SQL (a `timers` row).
+//!
+//! Both ways in end in the same checks: [`TimerSpec::validate`] for API input, and
+//! [`TimerRow::schedule`] / [`TimerRow::http_action`] for rows the planner reads. Each
+//! failure is a [`FieldError`] that names the field, so the API can answer with
+//! problem+json and the planner can mark the row invalid with a reason.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::schedule::{CronSchedule, Schedule, ScheduleKind};
+
+pub const DEFAULT_NAMESPACE: &str = "default";
+pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
+pub const MAX_TIMEOUT_MS: i64 = 600_000;
+const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+
+/// A rejected input, with the field it is about (dotted path, as in the API's JSON).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+impl From<crate::schedule::ScheduleError> for FieldError {
+    fn from(e: crate::schedule::ScheduleError) -> Self {
+        FieldError::new(e.field(), e.to_string())
+    }
+}
+
+/// `POST /v1/timers` body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimerSpec {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub schedule: ScheduleSpec,
+    pub action: ActionSpec,
+}
+
+/// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    pub cron: Option<String>,
+    pub timezone: Option<String>,
+    pub at: Option<DateTime<Utc>>,
+    pub delay_ms: Option<i64>,
+    pub every_ms: Option<i64>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+/// Exactly one action kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    pub http: Option<HttpActionSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpActionSpec {
+    pub method: Option<String>,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<Value>,
+    pub timeout_ms: Option<i64>,
+}
+
+/// An HTTP callback, checked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HttpAction {
+    pub method: String,
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<Value>,
+    pub timeout_ms: i32,
+}
+
+impl HttpAction {
+    pub fn new(
+        method: &str,
+        url: &str,
+        headers: BTreeMap<String, String>,
+        body: Option<Value>,
+        timeout_ms: i64,
+    ) -> Result<Self, FieldError> {
+        let method = method.to_ascii_uppercase();
+        if !HTTP_METHODS.contains(&method.as_str()) {
+            return Err(FieldError::new(
+                "action.http.method",
+                format!("unsupported method {method:?}; use one of {}", HTTP_METHODS.join(", ")),
+            ));
+        }
+        let parsed = url::Url::parse(url)
+            .map_err(|e| FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+            return Err(FieldError::new("action.http.url", format!("must be an http:// or https:// URL with a host: {url:?}")));
+        }
+        for (name, value) in &headers {
+            let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !name_ok {
+                return Err(FieldError::new(format!("action.http.headers.{name}"), "not a valid header name"));
+            }
+            if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                return Err(FieldError::new(format!("action.http.headers.{name}"), "header value contains control characters"));
+            }
+        }
+        if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
+            return Err(FieldError::new("action.http.timeout_ms", format!("must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}")));
+        }
+        Ok(Self { method, url: url.to_owned(), headers, body, timeout_ms: timeout_ms as i32 })
+    }
+}
+
+/// A timer ready to be stored: every field checked.
+#[derive(Debug, Clone)]
+pub struct NewTimer {
+    pub namespace: String,
+    pub name: String,
+    pub schedule: Schedule,
+    pub http: HttpAction,
+}
+
+fn check_namespace(ns: &str) -> Result<(), FieldError> {
+    let ok = (1..=64).contains(&ns.len())
+        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new("namespace", "must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"))
+    }
+}
+
+fn check_name(name: &str) -> Result<(), FieldError> {
+    if name.trim().is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(FieldError::new("name", "must be 1 to 200 characters, not blank, without control characters"));
+    }
+    Ok(())
+}
+
+impl TimerSpec {
+    pub fn validate(self) -> Result<NewTimer, FieldError> {
+        let namespace = self.namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        check_namespace(&namespace)?;
+        check_name(&self.name)?;
+        let schedule = self.schedule.validate()?;
+        let Some(http) = self.action.http else {
+            return Err(FieldError::new("action", "exactly one action is required: {\"http\": {...}}"));
+        };
+        let http = HttpAction::new(
+            http.method.as_deref().unwrap_or("POST"),
+            &http.url,
+            http.headers,
+            http.body,
+            http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
+        )?;
+        Ok(NewTimer { namespace, name: self.name, schedule, http })
+    }
+}
+
+impl ScheduleSpec {
+    pub fn validate(self) -> Result<Schedule, FieldError> {
+        let given = [self.cron.is_some(), self.at.is_some(), self.delay_ms.is_some(), self.every_ms.is_some()];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err(FieldError::new("schedule", "exactly one of cron, at, delay_ms, every_ms is required"));
+        }
+        if self.timezone.is_some() && self.cron.is_none() {
+            return Err(FieldError::new("schedule.timezone", "only a cron schedule takes a time zone"));
+        }
+        let kind = if let Some(expr) = self.cron {
+            ScheduleKind::Cron(CronSchedule::parse(&expr, self.timezone.as_deref().unwrap_or("UTC"))?)
+        } else if let Some(at) = self.at {
+            ScheduleKind::Once { at }
+        } else if let Some(delay_ms) = self.delay_ms {
+            ScheduleKind::Delay { delay_ms }
+        } else {
+            ScheduleKind::Interval { every_ms: self.every_ms.unwrap_or_default() }
+        };
+        Ok(Schedule::new(kind, self.start_at, self.end_at)?)
+    }
+}
+
+/// The schedule columns of a `timers` row.
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleColumns {
+    pub schedule_kind: String,
+    pub run_at: Option<DateTime<Utc>>,
+    pub delay_ms: Option<i64>,
+    pub interval_ms: Option<i64>,
+    pub cron_expr: Option<String>,
+    pub timezone: String,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+impl From<&Schedule> for ScheduleColumns {
+    fn from(s: &Schedule) -> Self {
+        let mut c = ScheduleColumns {
+            timezone: "UTC".to_owned(),
+            start_at: s.start_at,
+            end_at: s.end_at,
+            ..Default::default()
+        };
+        match &s.kind {
+            ScheduleKind::Once { at } => {
+                c.schedule_kind = "once".into();
+                c.run_at = Some(*at);
+            }
+            ScheduleKind::Delay { delay_ms } => {
+                c.schedule_kind = "delay".into();
+                c.delay_ms = Some(*delay_ms);
+            }
+            ScheduleKind::Interval { every_ms } => {
+                c.schedule_kind = "interval".into();
+                c.interval_ms = Some(*every_ms);
+            }
+            ScheduleKind::Cron(cron) => {
+                c.schedule_kind = "cron".into();
+                c.cron_expr = Some(cron.expr().to_owned());
+                c.timezone = cron.timezone().name().to_owned();
+            }
+        }
+        c
+    }
+}
+
+/// A `timers` row as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TimerRow {
+    pub id: Uuid,
+    pub namespace: String,
+    pub name: String,
+    pub schedule_kind: String,
+    pub run_at: Option<DateTime<Utc>>,
+    pub delay_ms: Option<i64>,
+    pub interval_ms: Option<i64>,
+    pub cron_expr: Option<String>,
+    pub timezone: String,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub action_kind: String,
+    pub http_method: String,
+    pub http_url: Option<String>,
+    pub http_headers: Value,
+    pub http_body: Option<Value>,
+    pub http_timeout_ms: i32,
+    pub state: String,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub plan_status: String,
+    pub next_plan_at: Option<DateTime<Utc>>,
+    pub invalid_reason: Option<String>,
+}
+
+impl TimerRow {
+    /// Parses the schedule columns; the error names the column at fault.
+    pub fn schedule(&self) -> Result<Schedule, FieldError> {
+        let kind = match self.schedule_kind.as_str() {
+            "once" => ScheduleKind::Once {
+                at: self.run_at.ok_or_else(|| FieldError::new("run_at", "run_at is required for a once timer"))?,
+            },
+            "delay" => ScheduleKind::Delay {
+                delay_ms: self.delay_ms.ok_or_else(|| FieldError::new("delay_ms", "delay_ms is required for a delay timer"))?,
+            },
+            "interval" => ScheduleKind::Interval {
+                every_ms: self
+                    .interval_ms
+                    .ok_or_else(|| FieldError::new("interval_ms", "interval_ms is required for an interval timer"))?,
+            },
+            "cron" => {
+                let expr = self
+                    .cron_expr
+                    .as_deref()
+                    .ok_or_else(|| FieldError::new("cron_expr", "cron_expr is required for a cron timer"))?;
+                ScheduleKind::Cron(CronSchedule::parse(expr, &self.timezone).map_err(|e| {
+                    let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };
+                    FieldError::new(column, e.to_string())
+                })?)
+            }
+            other => return Err(FieldError::new("schedule_kind", format!("unknown schedule kind {other:?}"))),
+        };
+        Schedule::new(kind, self.start_at, self.end_at).map_err(|e| {
+            let column = match e.field() {
+                "schedule.every_ms" => "interval_ms",
+                "schedule.delay_ms" => "delay_ms",
+                _ => "end_at",
+            };
+            FieldError::new(column, e.to_string())
+        })
+    }
+
+    /// Parses the action columns; the error names the column at fault.
+    pub fn http_action(&self) -> Result<HttpAction, FieldError> {
+        let url = self.http_url.as_deref().ok_or_else(|| FieldError::new("http_url", "http_url is required for an http action"))?;
+        let headers: BTreeMap<String, String> = serde_json::from_value(self.http_headers.clone())
+            .map_err(|_| FieldError::new("http_headers", "http_headers must be a JSON object of strings"))?;
+        HttpAction::new(&self.http_method, url, headers, self.http_body.clone(), self.http_timeout_ms as i64).map_err(|e| {
+            let column = match e.field.as_str() {
+                "action.http.method" => "http_method".to_owned(),
+                "action.http.url" => "http_url".to_owned(),
+                "action.http.timeout_ms" => "http_timeout_ms".to_owned(),
+                f => f.replacen("action.http.", "http_", 1),
+            };
+            FieldError::new(column, e.message)
+        })
+    }
+
+    /// The API's JSON view of the timer, with its next fire times when it is plannable.
+    pub fn to_view(&self, now: DateTime<Utc>) -> Value {
+        let schedule = match self.schedule_kind.as_str() {
+            "once" => json!({ "at": self.run_at }),
+            "delay" => json!({ "delay_ms": self.delay_ms }),
+            "interval" => json!({ "every_ms": self.interval_ms }),
+            _ => json!({ "cron": self.cron_expr, "timezone": self.timezone }),
+        };
+        let mut schedule = schedule;
+        if let Some(start) = self.start_at {
+            schedule["start_at"] = json!(start);
+        }
+        if let Some(end) = self.end_at {
+            schedule["end_at"] = json!(end);
+        }
+        let next_fire_times = match (self.state.as_str(), self.schedule()) {
+            ("active", Ok(s)) => s.upcoming(self.created_at, now, 5),
+            _ => Vec::new(),
+        };
+        json!({
+            "id": self.id,
+            "namespace": self.namespace,
+            "name": self.name,
+            "schedule": schedule,
+            "action": { "http": {
+                "method": self.http_method,
+                "url": self.http_url,
+                "headers": self.http_headers,
+                "body": self.http_body,
+                "timeout_ms": self.http_timeout_ms,
+            }},
+            "state": self.state,
+            "version": self.version,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "plan_status": self.plan_status,
+            "invalid_reason": self.invalid_reason,
+            "next_fire_times": next_fire_times,
+        })
+    }
+}
+
+/// The task identity as sent to targets and used as the Kafka key:
+/// `<timer_id>:<scheduled_at in RFC 3339 UTC with milliseconds>`.
+pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
+    format!("{timer_id}:{}", scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(v: Value) -> Result<NewTimer, FieldError> {
+        serde_json::from_value::<TimerSpec>(v).unwrap().validate()
+    }
+
+    fn base() -> Value {
+        json!({"namespace":"billing","name":"n","schedule":{"cron":"0 0 2 * * *","timezone":"Europe/Berlin"},
+               "action":{"http":{"method":"POST","url":"http://127.0.0.1:8080/hook","headers":{"X-Env":"prod"},"body":{"k":1},"timeout_ms":5000}}})
+    }
+
+    #[test]
+    fn the_documented_example_is_valid() {
+        let t = spec(base()).unwrap();
+        assert_eq!(t.http.method, "POST");
+        assert_eq!(t.http.timeout_ms, 5000);
+        assert!(matches!(t.schedule.kind, ScheduleKind::Cron(_)));
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases = [
+            ("/schedule", json!({"cron":"* * * * * *","every_ms":1000}), "schedule"),
+            ("/schedule", json!({"cron":"nope"}), "schedule.cron"),
+            ("/schedule", json!({"cron":"* * * * * *","timezone":"Nowhere/City"}), "schedule.timezone"),
+            ("/schedule", json!({"every_ms":5}), "schedule.every_ms"),
+            ("/action/http/url", json!("ftp://x/y"), "action.http.url"),
+            ("/action/http/url", json!("not a url"), "action.http.url"),
+            ("/action/http/method", json!("BREW"), "action.http.method"),
+            ("/action/http/timeout_ms", json!(0), "action.http.timeout_ms"),
+            ("/action/http/headers", json!({"bad header":"x"}), "action.http.headers.bad header"),
+            ("/namespace", json!("Has Spaces"), "namespace"),
+            ("/name", json!("  "), "name"),
+        ];
+        for (pointer, value, field) in cases {
+            let mut v = base();
+            *v.pointer_mut(pointer).unwrap() = value;
+            let err = spec(v).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+    }
+
+    #[test]
+    fn identity_has_millisecond_rfc3339() {
+        let id = Uuid::nil();
+        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z").unwrap().with_timezone(&Utc);
+        assert_eq!(task_identity(id, at), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.000Z");
+    }
+}

@@ -1,0 +1,93 @@
+//! Test support for Punctual: a fresh database per test, unique topic and group names, the
+//! services as in-process apps or as separate processes, and an HTTP sink that records
+//! every callback it receives.
+//!
+//! The real Postgres server and Kafka-protocol broker are started once per test run by
+//! `make test` (scripts/test.sh), which passes their addresses in
+//! `PUNCTUAL_TEST_DATABASE_URL` (a server URL; each test creates its own database in it)
+//! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
+
+pub mod process;
+pub mod sink;
+
+use std::time::Duration;
+
+use punctual_shared::config::{DatabaseConfig, KafkaConfig, Secret};
+use sqlx::{Connection, PgConnection, PgPool};
+use uuid::Uuid;
+
+pub use process::ServiceProcess;
+pub use sink::{Call, Sink};
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests with `make test`, which starts Postgres and the broker and sets it")
+    })
+}
+
+/// The Kafka brokers of the test run.
+pub fn kafka_brokers() -> String {
+    required_env("PUNCTUAL_TEST_KAFKA_BROKERS")
+}
+
+/// A name no other test uses (topics, consumer groups, scanner ids).
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}", &Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// A database of its own for one test, migrated.
+pub struct TestDb {
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let server = required_env("PUNCTUAL_TEST_DATABASE_URL");
+        let name = format!("t_{}", Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.expect("connect to the test Postgres");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create test database");
+        admin.close().await.ok();
+        let url = format!("{server}/{name}");
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(&url)
+            .await
+            .expect("connect to the test database");
+        punctual_shared::db::MIGRATOR.run(&pool).await.expect("migrate the test database");
+        TestDb { url, pool }
+    }
+
+    pub fn config(&self) -> DatabaseConfig {
+        DatabaseConfig { database_url: self.url.parse::<Secret>().expect("infallible"), database_max_connections: 8 }
+    }
+}
+
+/// Kafka settings with a topic no other test uses.
+pub fn kafka_config(partitions: i32) -> KafkaConfig {
+    KafkaConfig {
+        kafka_brokers: kafka_brokers(),
+        tasks_topic: unique_name("punctual.tasks"),
+        tasks_partitions: partitions,
+        topic_replication: 1,
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

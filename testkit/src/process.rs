@@ -1,0 +1,132 @@
+//! Services as separate processes, for end-to-end and fault tests.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The folder of the workspace's binaries: `PUNCTUAL_BIN_DIR`, else the profile folder
+/// this test binary was built into (target/<profile>/deps/.. ).
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PUNCTUAL_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf()
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released: good enough for a test run).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A running service process: killed when dropped. Its output goes to
+/// `target/test-logs/<name>.log`.
+pub struct ServiceProcess {
+    pub name: String,
+    pub port: u16,
+    pub log: PathBuf,
+    binary: PathBuf,
+    envs: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl ServiceProcess {
+    /// Starts `binary` (e.g. "punctual-scanner") with `envs`; `port_var` receives the
+    /// address of its HTTP endpoint, on a free port.
+    pub fn start(binary: &str, name: &str, port_var: &str, envs: &[(&str, String)]) -> ServiceProcess {
+        let port = free_port();
+        let mut envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        envs.push((port_var.to_owned(), format!("127.0.0.1:{port}")));
+        let logs = bin_dir().join("test-logs");
+        std::fs::create_dir_all(&logs).expect("log folder");
+        let mut p = ServiceProcess {
+            name: name.to_owned(),
+            port,
+            log: logs.join(format!("{name}.log")),
+            binary: bin_dir().join(binary),
+            envs,
+            child: None,
+        };
+        p.restart();
+        p
+    }
+
+    /// Starts the process again (after `kill`), with the same settings.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open log");
+        let child = Command::new(&self.binary)
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RUST_LOG", std::env::var("PUNCTUAL_TEST_SERVICE_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e} (run `cargo build --workspace --bins` first)", self.binary.display()));
+        self.child = Some(child);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    /// Waits until `GET /healthz` answers.
+    pub async fn wait_healthy(&mut self, timeout: Duration) {
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(r) = client.get(self.url("/healthz")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("{} exited with {status}; log: {}\n{}", self.name, self.log.display(), self.log_tail());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("{} not healthy after {timeout:?}; log:\n{}", self.name, self.log_tail());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The last lines of the service's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// SIGKILL, no chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for a graceful exit; returns whether it exited successfully.
+    pub fn stop(&mut self, timeout: Duration) -> bool {
+        let Some(mut child) = self.child.take() else { return true };
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
