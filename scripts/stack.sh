@@ -109,10 +109,11 @@ broker_start() {
   fi
   bin=$(tansu_bin) || { log "tansu is not installed: run 'scripts/stack.sh tools'"; exit 1; }
   local engine="memory://tansu/"
-  [ "$storage" = sqlite ] && engine="sqlite://$dir/broker.db"
-  nohup "$bin" broker --storage-engine "$engine" \
+  # tansu reads a sqlite:// path relative to its working directory: start it in $dir.
+  [ "$storage" = sqlite ] && engine="sqlite://broker.db"
+  (cd "$dir" && exec nohup "$bin" broker --storage-engine "$engine" \
     --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
-    >"$dir/broker.log" 2>&1 &
+    >"$dir/broker.log" 2>&1) &
   echo $! >"$dir/broker.pid"
   for _ in $(seq 1 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then

@@ -37,7 +37,12 @@ impl fmt::Display for Secret {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DatabaseConfig {
     /// Postgres connection URL.
-    #[arg(long = "database-url", env = "PUNCTUAL_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/punctual", hide_default_value = true)]
+    #[arg(
+        long = "database-url",
+        env = "PUNCTUAL_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/punctual",
+        hide_default_value = true
+    )]
     pub database_url: Secret,
     /// Connections in the pool.
     #[arg(long, env = "PUNCTUAL_DATABASE_MAX_CONNECTIONS", default_value_t = 8)]

@@ -230,7 +230,10 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     let ids: Vec<i64> = outcomes.iter().map(|o| o.task_id).collect();
     let statuses: Vec<&str> = outcomes.iter().map(|o| o.status.as_str()).collect();
     let codes: Vec<Option<i16>> = outcomes.iter().map(|o| o.http_status).collect();
-    let excerpts: Vec<Option<&str>> = outcomes.iter().map(|o| o.response_excerpt.as_deref()).collect();
+    let excerpts: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| o.response_excerpt.as_deref())
+        .collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let durations: Vec<i32> = outcomes.iter().map(|o| o.duration_ms).collect();
     let result = sqlx::query(
@@ -270,7 +273,12 @@ impl TaskMessage {
 
 impl From<&ClaimedTask> for TaskMessage {
     fn from(t: &ClaimedTask) -> Self {
-        Self { task_id: t.id, timer_id: t.timer_id, scheduled_at: t.scheduled_at, attempt: t.attempt }
+        Self {
+            task_id: t.id,
+            timer_id: t.timer_id,
+            scheduled_at: t.scheduled_at,
+            attempt: t.attempt,
+        }
     }
 }
 
@@ -293,11 +301,16 @@ mod tests {
         let m = TaskMessage {
             task_id: 7,
             timer_id: Uuid::nil(),
-            scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc),
+            scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z")
+                .unwrap()
+                .with_timezone(&Utc),
             attempt: 1,
         };
         let v = serde_json::to_vec(&m).unwrap();
         assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
-        assert_eq!(m.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z");
+        assert_eq!(
+            m.key(),
+            "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z"
+        );
     }
 }

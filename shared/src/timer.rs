@@ -29,7 +29,10 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -103,27 +106,52 @@ impl HttpAction {
         if !HTTP_METHODS.contains(&method.as_str()) {
             return Err(FieldError::new(
                 "action.http.method",
-                format!("unsupported method {method:?}; use one of {}", HTTP_METHODS.join(", ")),
+                format!(
+                    "unsupported method {method:?}; use one of {}",
+                    HTTP_METHODS.join(", ")
+                ),
             ));
         }
-        let parsed = url::Url::parse(url)
-            .map_err(|e| FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}")))?;
+        let parsed = url::Url::parse(url).map_err(|e| {
+            FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}"))
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-            return Err(FieldError::new("action.http.url", format!("must be an http:// or https:// URL with a host: {url:?}")));
+            return Err(FieldError::new(
+                "action.http.url",
+                format!("must be an http:// or https:// URL with a host: {url:?}"),
+            ));
         }
         for (name, value) in &headers {
-            let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            let name_ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !name_ok {
-                return Err(FieldError::new(format!("action.http.headers.{name}"), "not a valid header name"));
+                return Err(FieldError::new(
+                    format!("action.http.headers.{name}"),
+                    "not a valid header name",
+                ));
             }
             if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-                return Err(FieldError::new(format!("action.http.headers.{name}"), "header value contains control characters"));
+                return Err(FieldError::new(
+                    format!("action.http.headers.{name}"),
+                    "header value contains control characters",
+                ));
             }
         }
         if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
-            return Err(FieldError::new("action.http.timeout_ms", format!("must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}")));
+            return Err(FieldError::new(
+                "action.http.timeout_ms",
+                format!("must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}"),
+            ));
         }
-        Ok(Self { method, url: url.to_owned(), headers, body, timeout_ms: timeout_ms as i32 })
+        Ok(Self {
+            method,
+            url: url.to_owned(),
+            headers,
+            body,
+            timeout_ms: timeout_ms as i32,
+        })
     }
 }
 
@@ -138,29 +166,42 @@ pub struct NewTimer {
 
 fn check_namespace(ns: &str) -> Result<(), FieldError> {
     let ok = (1..=64).contains(&ns.len())
-        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new("namespace", "must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"))
+        Err(FieldError::new(
+            "namespace",
+            "must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'",
+        ))
     }
 }
 
 fn check_name(name: &str) -> Result<(), FieldError> {
     if name.trim().is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
-        return Err(FieldError::new("name", "must be 1 to 200 characters, not blank, without control characters"));
+        return Err(FieldError::new(
+            "name",
+            "must be 1 to 200 characters, not blank, without control characters",
+        ));
     }
     Ok(())
 }
 
 impl TimerSpec {
     pub fn validate(self) -> Result<NewTimer, FieldError> {
-        let namespace = self.namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        let namespace = self
+            .namespace
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
         check_namespace(&namespace)?;
         check_name(&self.name)?;
         let schedule = self.schedule.validate()?;
         let Some(http) = self.action.http else {
-            return Err(FieldError::new("action", "exactly one action is required: {\"http\": {...}}"));
+            return Err(FieldError::new(
+                "action",
+                "exactly one action is required: {\"http\": {...}}",
+            ));
         };
         let http = HttpAction::new(
             http.method.as_deref().unwrap_or("POST"),
@@ -169,27 +210,46 @@ impl TimerSpec {
             http.body,
             http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
         )?;
-        Ok(NewTimer { namespace, name: self.name, schedule, http })
+        Ok(NewTimer {
+            namespace,
+            name: self.name,
+            schedule,
+            http,
+        })
     }
 }
 
 impl ScheduleSpec {
     pub fn validate(self) -> Result<Schedule, FieldError> {
-        let given = [self.cron.is_some(), self.at.is_some(), self.delay_ms.is_some(), self.every_ms.is_some()];
+        let given = [
+            self.cron.is_some(),
+            self.at.is_some(),
+            self.delay_ms.is_some(),
+            self.every_ms.is_some(),
+        ];
         if given.iter().filter(|g| **g).count() != 1 {
-            return Err(FieldError::new("schedule", "exactly one of cron, at, delay_ms, every_ms is required"));
+            return Err(FieldError::new(
+                "schedule",
+                "exactly one of cron, at, delay_ms, every_ms is required",
+            ));
         }
         if self.timezone.is_some() && self.cron.is_none() {
-            return Err(FieldError::new("schedule.timezone", "only a cron schedule takes a time zone"));
+            return Err(FieldError::new(
+                "schedule.timezone",
+                "only a cron schedule takes a time zone",
+            ));
         }
         let kind = if let Some(expr) = self.cron {
-            ScheduleKind::Cron(CronSchedule::parse(&expr, self.timezone.as_deref().unwrap_or("UTC"))?)
+            let timezone = self.timezone.as_deref().unwrap_or("UTC");
+            ScheduleKind::Cron(Box::new(CronSchedule::parse(&expr, timezone)?))
         } else if let Some(at) = self.at {
             ScheduleKind::Once { at }
         } else if let Some(delay_ms) = self.delay_ms {
             ScheduleKind::Delay { delay_ms }
         } else {
-            ScheduleKind::Interval { every_ms: self.every_ms.unwrap_or_default() }
+            ScheduleKind::Interval {
+                every_ms: self.every_ms.unwrap_or_default(),
+            }
         };
         Ok(Schedule::new(kind, self.start_at, self.end_at)?)
     }
@@ -273,27 +333,44 @@ impl TimerRow {
     pub fn schedule(&self) -> Result<Schedule, FieldError> {
         let kind = match self.schedule_kind.as_str() {
             "once" => ScheduleKind::Once {
-                at: self.run_at.ok_or_else(|| FieldError::new("run_at", "run_at is required for a once timer"))?,
+                at: self.run_at.ok_or_else(|| {
+                    FieldError::new("run_at", "run_at is required for a once timer")
+                })?,
             },
             "delay" => ScheduleKind::Delay {
-                delay_ms: self.delay_ms.ok_or_else(|| FieldError::new("delay_ms", "delay_ms is required for a delay timer"))?,
+                delay_ms: self.delay_ms.ok_or_else(|| {
+                    FieldError::new("delay_ms", "delay_ms is required for a delay timer")
+                })?,
             },
             "interval" => ScheduleKind::Interval {
-                every_ms: self
-                    .interval_ms
-                    .ok_or_else(|| FieldError::new("interval_ms", "interval_ms is required for an interval timer"))?,
+                every_ms: self.interval_ms.ok_or_else(|| {
+                    FieldError::new(
+                        "interval_ms",
+                        "interval_ms is required for an interval timer",
+                    )
+                })?,
             },
             "cron" => {
-                let expr = self
-                    .cron_expr
-                    .as_deref()
-                    .ok_or_else(|| FieldError::new("cron_expr", "cron_expr is required for a cron timer"))?;
-                ScheduleKind::Cron(CronSchedule::parse(expr, &self.timezone).map_err(|e| {
-                    let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };
-                    FieldError::new(column, e.to_string())
-                })?)
+                let expr = self.cron_expr.as_deref().ok_or_else(|| {
+                    FieldError::new("cron_expr", "cron_expr is required for a cron timer")
+                })?;
+                ScheduleKind::Cron(Box::new(
+                    CronSchedule::parse(expr, &self.timezone).map_err(|e| {
+                        let column = if e.field() == "schedule.timezone" {
+                            "timezone"
+                        } else {
+                            "cron_expr"
+                        };
+                        FieldError::new(column, e.to_string())
+                    })?,
+                ))
             }
-            other => return Err(FieldError::new("schedule_kind", format!("unknown schedule kind {other:?}"))),
+            other => {
+                return Err(FieldError::new(
+                    "schedule_kind",
+                    format!("unknown schedule kind {other:?}"),
+                ))
+            }
         };
         Schedule::new(kind, self.start_at, self.end_at).map_err(|e| {
             let column = match e.field() {
@@ -307,10 +384,24 @@ impl TimerRow {
 
     /// Parses the action columns; the error names the column at fault.
     pub fn http_action(&self) -> Result<HttpAction, FieldError> {
-        let url = self.http_url.as_deref().ok_or_else(|| FieldError::new("http_url", "http_url is required for an http action"))?;
+        let url = self.http_url.as_deref().ok_or_else(|| {
+            FieldError::new("http_url", "http_url is required for an http action")
+        })?;
         let headers: BTreeMap<String, String> = serde_json::from_value(self.http_headers.clone())
-            .map_err(|_| FieldError::new("http_headers", "http_headers must be a JSON object of strings"))?;
-        HttpAction::new(&self.http_method, url, headers, self.http_body.clone(), self.http_timeout_ms as i64).map_err(|e| {
+            .map_err(|_| {
+            FieldError::new(
+                "http_headers",
+                "http_headers must be a JSON object of strings",
+            )
+        })?;
+        HttpAction::new(
+            &self.http_method,
+            url,
+            headers,
+            self.http_body.clone(),
+            self.http_timeout_ms as i64,
+        )
+        .map_err(|e| {
             let column = match e.field.as_str() {
                 "action.http.method" => "http_method".to_owned(),
                 "action.http.url" => "http_url".to_owned(),
@@ -366,7 +457,10 @@ impl TimerRow {
 /// The task identity as sent to targets and used as the Kafka key:
 /// `<timer_id>:<scheduled_at in RFC 3339 UTC with milliseconds>`.
 pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
-    format!("{timer_id}:{}", scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+    format!(
+        "{timer_id}:{}",
+        scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
+    )
 }
 
 #[cfg(test)]
@@ -393,15 +487,31 @@ mod tests {
     #[test]
     fn each_bad_field_is_named() {
         let cases = [
-            ("/schedule", json!({"cron":"* * * * * *","every_ms":1000}), "schedule"),
+            (
+                "/schedule",
+                json!({"cron":"* * * * * *","every_ms":1000}),
+                "schedule",
+            ),
             ("/schedule", json!({"cron":"nope"}), "schedule.cron"),
-            ("/schedule", json!({"cron":"* * * * * *","timezone":"Nowhere/City"}), "schedule.timezone"),
+            (
+                "/schedule",
+                json!({"cron":"* * * * * *","timezone":"Nowhere/City"}),
+                "schedule.timezone",
+            ),
             ("/schedule", json!({"every_ms":5}), "schedule.every_ms"),
             ("/action/http/url", json!("ftp://x/y"), "action.http.url"),
             ("/action/http/url", json!("not a url"), "action.http.url"),
             ("/action/http/method", json!("BREW"), "action.http.method"),
-            ("/action/http/timeout_ms", json!(0), "action.http.timeout_ms"),
-            ("/action/http/headers", json!({"bad header":"x"}), "action.http.headers.bad header"),
+            (
+                "/action/http/timeout_ms",
+                json!(0),
+                "action.http.timeout_ms",
+            ),
+            (
+                "/action/http/headers",
+                json!({"bad header":"x"}),
+                "action.http.headers.bad header",
+            ),
             ("/namespace", json!("Has Spaces"), "namespace"),
             ("/name", json!("  "), "name"),
         ];
@@ -416,7 +526,12 @@ mod tests {
     #[test]
     fn identity_has_millisecond_rfc3339() {
         let id = Uuid::nil();
-        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z").unwrap().with_timezone(&Utc);
-        assert_eq!(task_identity(id, at), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.000Z");
+        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            task_identity(id, at),
+            "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.000Z"
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod process;
 pub mod sink;
+pub mod stack;
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use uuid::Uuid;
 
 pub use process::ServiceProcess;
 pub use sink::{Call, Sink};
+pub use stack::Stack;
 
 fn required_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -45,8 +47,13 @@ impl TestDb {
     pub async fn create() -> TestDb {
         let server = required_env("PUNCTUAL_TEST_DATABASE_URL");
         let name = format!("t_{}", Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.expect("connect to the test Postgres");
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create test database");
+        let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .expect("connect to the test Postgres");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create test database");
         admin.close().await.ok();
         let url = format!("{server}/{name}");
         let pool = sqlx::postgres::PgPoolOptions::new()
@@ -55,12 +62,18 @@ impl TestDb {
             .connect(&url)
             .await
             .expect("connect to the test database");
-        punctual_shared::db::MIGRATOR.run(&pool).await.expect("migrate the test database");
+        punctual_shared::db::MIGRATOR
+            .run(&pool)
+            .await
+            .expect("migrate the test database");
         TestDb { url, pool }
     }
 
     pub fn config(&self) -> DatabaseConfig {
-        DatabaseConfig { database_url: self.url.parse::<Secret>().expect("infallible"), database_max_connections: 8 }
+        DatabaseConfig {
+            database_url: self.url.parse::<Secret>().expect("infallible"),
+            database_max_connections: 8,
+        }
     }
 }
 

@@ -34,13 +34,19 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Parses a JSON body, naming the field at fault when its shape is wrong.
-fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, ApiError> {
+fn parse_json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<T, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
     if !is_json {
-        return Err(ApiError::BadRequest { field: None, detail: "expected a JSON body with Content-Type: application/json".into() });
+        return Err(ApiError::BadRequest {
+            field: None,
+            detail: "expected a JSON body with Content-Type: application/json".into(),
+        });
     }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -53,26 +59,40 @@ fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes)
         };
         ApiError::BadRequest { field, detail }
     })?;
-    de.end().map_err(|e| ApiError::BadRequest { field: None, detail: e.to_string() })?;
+    de.end().map_err(|e| ApiError::BadRequest {
+        field: None,
+        detail: e.to_string(),
+    })?;
     Ok(value)
 }
 
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(id).map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a timer id: {id:?}") })
+    Uuid::parse_str(id).map_err(|_| ApiError::BadRequest {
+        field: Some("id".into()),
+        detail: format!("id: not a timer id: {id:?}"),
+    })
 }
 
 fn not_found(id: Uuid) -> ApiError {
     ApiError::NotFound(format!("no timer with id {id}"))
 }
 
-async fn create_timer(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<impl IntoResponse, ApiError> {
+async fn create_timer(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
     let spec: TimerSpec = parse_json(&headers, &body)?;
     let timer = spec.validate()?;
     let row = insert_timer(&state.pool, &timer).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
     let location = format!("/v1/timers/{}", row.id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(row.to_view(Utc::now()))))
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(row.to_view(Utc::now())),
+    ))
 }
 
 /// Inserts the timer for the planner to pick up (`plan_status = 'new'`, which also
@@ -109,19 +129,26 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
         Ok(row) => Ok(row),
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(ApiError::Conflict {
             field: Some("name".into()),
-            detail: format!("a timer named {:?} already exists in namespace {:?}", t.name, t.namespace),
+            detail: format!(
+                "a timer named {:?} already exists in namespace {:?}",
+                t.name, t.namespace
+            ),
         }),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn get_timer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let row = sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let row =
+        sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?
+            .ok_or_else(|| not_found(id))?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
@@ -133,11 +160,20 @@ struct ListQuery {
     after: Option<Uuid>,
 }
 
-async fn list_timers(State(state): State<AppState>, query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+async fn list_timers(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest {
+        field: None,
+        detail: e.body_text(),
+    })?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest { field: Some("limit".into()), detail: "limit: must be between 1 and 1000".into() });
+        return Err(ApiError::BadRequest {
+            field: Some("limit".into()),
+            detail: "limit: must be between 1 and 1000".into(),
+        });
     }
     let rows = sqlx::query_as::<_, TimerRow>(
         "SELECT * FROM timers
@@ -150,7 +186,9 @@ async fn list_timers(State(state): State<AppState>, query: Result<Query<ListQuer
     .fetch_all(&state.pool)
     .await?;
     let now = Utc::now();
-    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
+    let next = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| r.id))
+        .flatten();
     Ok(Json(json!({
         "timers": rows.iter().map(|r| r.to_view(now)).collect::<Vec<_>>(),
         "next_after": next,
@@ -160,27 +198,38 @@ async fn list_timers(State(state): State<AppState>, query: Result<Query<ListQuer
 /// Sets the state of a live timer; the schema's trigger does the rest (a resumed timer
 /// goes back to the planner, which continues from now).
 async fn set_state(pool: &PgPool, id: Uuid, new_state: &str) -> Result<TimerRow, ApiError> {
-    sqlx::query_as::<_, TimerRow>("UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *")
-        .bind(id)
-        .bind(new_state)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| not_found(id))
+    sqlx::query_as::<_, TimerRow>(
+        "UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *",
+    )
+    .bind(id)
+    .bind(new_state)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| not_found(id))
 }
 
-async fn pause_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn pause_timer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "paused").await?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
-async fn resume_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn resume_timer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "active").await?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
 /// Deleting keeps the row (and its history) with `state = 'deleted'`; occurrences not yet
 /// started are cancelled by the executor, a run in flight completes.
-async fn delete_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete_timer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     set_state(&state.pool, parse_id(&id)?, "deleted").await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -213,15 +262,22 @@ async fn list_runs(
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest {
+        field: None,
+        detail: e.body_text(),
+    })?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest { field: Some("limit".into()), detail: "limit: must be between 1 and 1000".into() });
+        return Err(ApiError::BadRequest {
+            field: Some("limit".into()),
+            detail: "limit: must be between 1 and 1000".into(),
+        });
     }
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
+    let exists: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?;
     if exists.is_none() {
         return Err(not_found(id));
     }

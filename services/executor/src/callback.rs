@@ -24,14 +24,19 @@ pub async fn call(client: &reqwest::Client, task: &StartedTask) -> Outcome {
     let started = Instant::now();
     let (http_status, response_excerpt, error) = match request(client, task).await {
         Ok((status, excerpt)) => {
-            let error = (!(200..300).contains(&status)).then(|| format!("target answered HTTP {status}"));
+            let error =
+                (!(200..300).contains(&status)).then(|| format!("target answered HTTP {status}"));
             (Some(status as i16), Some(excerpt), error)
         }
         Err(e) => (None, None, Some(e)),
     };
     Outcome {
         task_id: task.id,
-        status: if error.is_none() { TaskStatus::Succeeded } else { TaskStatus::Failed },
+        status: if error.is_none() {
+            TaskStatus::Succeeded
+        } else {
+            TaskStatus::Failed
+        },
         http_status,
         response_excerpt,
         error,
@@ -41,19 +46,25 @@ pub async fn call(client: &reqwest::Client, task: &StartedTask) -> Outcome {
 
 async fn request(client: &reqwest::Client, task: &StartedTask) -> Result<(u16, String), String> {
     let url = task.http_url.as_deref().ok_or("timer has no http_url")?;
-    let method = reqwest::Method::from_bytes(task.http_method.as_bytes()).map_err(|e| e.to_string())?;
+    let method =
+        reqwest::Method::from_bytes(task.http_method.as_bytes()).map_err(|e| e.to_string())?;
     let mut headers = HeaderMap::new();
     if let Value::Object(map) = &task.http_headers {
         for (name, value) in map {
-            let (Ok(name), Some(Ok(value))) = (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str))
-            else {
+            let (Ok(name), Some(Ok(value))) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                value.as_str().map(HeaderValue::from_str),
+            ) else {
                 return Err(format!("invalid header {name:?}"));
             };
             headers.insert(name, value);
         }
     }
     let identity = task.identity();
-    headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| e.to_string())?);
+    headers.insert(
+        "idempotency-key",
+        HeaderValue::from_str(&identity).map_err(|e| e.to_string())?,
+    );
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
     let mut request = client
         .request(method, url)
@@ -73,7 +84,9 @@ async fn request(client: &reqwest::Client, task: &StartedTask) -> Result<(u16, S
     let mut excerpt = Vec::new();
     while excerpt.len() < EXCERPT_BYTES {
         match response.chunk().await {
-            Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())]),
+            Ok(Some(chunk)) => {
+                excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
+            }
             Ok(None) => break,
             // The status is what counts; a body cut short is kept as far as it came.
             Err(_) => break,

@@ -64,9 +64,13 @@ impl App {
     pub async fn build(config: ExecutorConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
-            .await
-            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        kafka::ensure_topic(
+            &config.kafka,
+            &config.kafka.tasks_topic,
+            config.kafka.tasks_partitions,
+        )
+        .await
+        .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
         let consumer: StreamConsumer = kafka::client_config(&config.kafka)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "true")
@@ -78,11 +82,23 @@ impl App {
             .set("fetch.wait.max.ms", "10")
             .create()
             .context("creating the Kafka consumer")?;
-        consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
+        consumer
+            .subscribe(&[&config.kafka.tasks_topic])
+            .context("subscribing")?;
         let http = callback::client().context("creating the HTTP client")?;
-        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        let (listener, addr) = ops::bind(config.addr)
+            .await
+            .with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
-        Ok(Self { config, pool, consumer: Arc::new(consumer), http, metrics: Metrics::new(), listener: Some(listener), addr })
+        Ok(Self {
+            config,
+            pool,
+            consumer: Arc::new(consumer),
+            http,
+            metrics: Metrics::new(),
+            listener: Some(listener),
+            addr,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -94,7 +110,11 @@ impl App {
         let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
         let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
         let ops_token = CancellationToken::new();
-        let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
+        let ops = tokio::spawn(ops::serve(
+            listener,
+            ops::router(self.metrics.registry.clone()),
+            ops_token.clone(),
+        ));
         let writer = tokio::spawn(write_back(
             self.pool.clone(),
             self.consumer.clone(),
@@ -108,7 +128,13 @@ impl App {
         drop(finished_tx);
         // Drain: let running callbacks finish (bounded), then the write-back.
         runs.close();
-        if tokio::time::timeout(Duration::from_millis(self.config.drain_timeout_ms), runs.wait()).await.is_err() {
+        if tokio::time::timeout(
+            Duration::from_millis(self.config.drain_timeout_ms),
+            runs.wait(),
+        )
+        .await
+        .is_err()
+        {
             tracing::warn!("drain timeout: abandoning running callbacks; their messages will be delivered again");
         }
         let _ = writer.await;
@@ -116,7 +142,9 @@ impl App {
             tracing::debug!(error = %e, "final commit");
         }
         ops_token.cancel();
-        ops.await.context("ops server panicked")?.context("serving ops endpoints")?;
+        ops.await
+            .context("ops server panicked")?
+            .context("serving ops endpoints")?;
         consumed
     }
 }
@@ -144,7 +172,9 @@ async fn consume(
         // Then whatever else is already fetched, up to a batch, without waiting.
         let mut batch = vec![(first, first_slot)];
         while batch.len() < START_BATCH {
-            let Ok(slot) = slots.clone().try_acquire_owned() else { break };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                break;
+            };
             match stream.next().now_or_never() {
                 Some(Some(m)) => batch.push((m, slot)),
                 _ => break,
@@ -159,13 +189,23 @@ async fn consume(
                     continue;
                 }
             };
-            let position = Position { partition: message.partition(), offset: message.offset() };
-            offsets.lock().expect("offsets lock").received(position.partition, position.offset);
+            let position = Position {
+                partition: message.partition(),
+                offset: message.offset(),
+            };
+            offsets
+                .lock()
+                .expect("offsets lock")
+                .received(position.partition, position.offset);
             match message.payload().map(serde_json::from_slice::<TaskMessage>) {
                 Some(Ok(task)) => messages.push((task, position, slot)),
                 _ => {
                     // Not ours to run; never blocks the partition.
-                    tracing::error!(partition = position.partition, offset = position.offset, "undecodable task message skipped");
+                    tracing::error!(
+                        partition = position.partition,
+                        offset = position.offset,
+                        "undecodable task message skipped"
+                    );
                     store(app, offsets, position);
                 }
             }
@@ -190,14 +230,18 @@ async fn consume(
             }
         };
         let now = Utc::now();
-        let mut started: std::collections::HashMap<i64, task::StartedTask> = started.into_iter().map(|s| (s.id, s)).collect();
+        let mut started: std::collections::HashMap<i64, task::StartedTask> =
+            started.into_iter().map(|s| (s.id, s)).collect();
         for (message, position, slot) in messages {
             let Some(started_task) = started.remove(&message.task_id) else {
                 app.metrics.skipped.inc();
                 store(app, offsets, position);
                 continue;
             };
-            let lag = (now - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+            let lag = (now - started_task.scheduled_at)
+                .num_microseconds()
+                .unwrap_or(0) as f64
+                / 1e6;
             app.metrics.fire_lag.observe(lag.max(0.0));
             app.metrics.in_flight.inc();
             let http = app.http.clone();
@@ -205,20 +249,39 @@ async fn consume(
             let finished_tx = finished_tx.clone();
             runs.spawn(async move {
                 let outcome = callback::call(&http, &started_task).await;
-                metrics.callback_duration.observe(outcome.duration_ms as f64 / 1e3);
+                metrics
+                    .callback_duration
+                    .observe(outcome.duration_ms as f64 / 1e3);
                 metrics.in_flight.dec();
-                let _ = finished_tx.send(Finished { outcome, position, _permit: slot });
+                let _ = finished_tx.send(Finished {
+                    outcome,
+                    position,
+                    _permit: slot,
+                });
             });
         }
     }
 }
 
 fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Position) {
-    store_offset(&app.consumer, &app.config.kafka.tasks_topic, offsets, position);
+    store_offset(
+        &app.consumer,
+        &app.config.kafka.tasks_topic,
+        offsets,
+        position,
+    );
 }
 
-fn store_offset(consumer: &StreamConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
-    let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
+fn store_offset(
+    consumer: &StreamConsumer,
+    topic: &str,
+    offsets: &Mutex<OffsetTracker>,
+    position: Position,
+) {
+    let done_through = offsets
+        .lock()
+        .expect("offsets lock")
+        .completed(position.partition, position.offset);
     if let Some(offset) = done_through {
         // librdkafka stores offset + 1: the next message to read.
         if let Err(e) = consumer.store_offset(topic, position.partition, offset) {

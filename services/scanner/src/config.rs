@@ -6,7 +6,10 @@ use std::time::Duration;
 use punctual_shared::config::{DatabaseConfig, KafkaConfig};
 
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "punctual-scanner", about = "Plans timer occurrences, claims due tasks and publishes each at its fire time")]
+#[command(
+    name = "punctual-scanner",
+    about = "Plans timer occurrences, claims due tasks and publishes each at its fire time"
+)]
 pub struct ScannerConfig {
     #[command(flatten)]
     pub database: DatabaseConfig,
@@ -62,7 +65,9 @@ impl ScannerConfig {
             ));
         }
         if self.claim_batch < 1 || self.scan_interval_ms == 0 {
-            return Err("PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into());
+            return Err(
+                "PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into(),
+            );
         }
         Ok(())
     }

@@ -52,7 +52,10 @@ impl Publisher {
             let key = message.key();
             let payload = serde_json::to_vec(&message).expect("a task message serializes");
             let partition = i32::from(t.bucket) % self.partitions;
-            let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
+            let record = FutureRecord::to(&self.topic)
+                .partition(partition)
+                .key(&key)
+                .payload(&payload);
             match self.producer.send_result(record) {
                 Ok(delivery) => {
                     let lag = (now - t.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
@@ -111,8 +114,15 @@ pub async fn drive_wheel(
     deliveries.wait().await;
 }
 
-async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, delivered: mpsc::UnboundedSender<i64>, metrics: Metrics) {
-    let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
+async fn await_deliveries(
+    pending: Vec<(i64, DeliveryFuture)>,
+    delivered: mpsc::UnboundedSender<i64>,
+    metrics: Metrics,
+) {
+    let mut futures: FuturesUnordered<_> = pending
+        .into_iter()
+        .map(|(id, f)| async move { (id, f.await) })
+        .collect();
     while let Some((id, result)) = futures.next().await {
         match result {
             Ok(Ok(_)) => {
@@ -125,7 +135,10 @@ async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, delivered: mpsc::
             }
             Err(_) => {
                 metrics.publish_errors.inc();
-                tracing::warn!(task_id = id, "delivery cancelled; the task will be re-claimed");
+                tracing::warn!(
+                    task_id = id,
+                    "delivery cancelled; the task will be re-claimed"
+                );
             }
         }
     }
@@ -133,7 +146,11 @@ async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, delivered: mpsc::
 
 /// Marks delivered tasks published, as many per statement as have arrived. Ends when
 /// every sender is gone (after the wheel driver and its deliveries end).
-pub async fn mark_published_loop(pool: PgPool, owner: String, mut delivered: mpsc::UnboundedReceiver<i64>) {
+pub async fn mark_published_loop(
+    pool: PgPool,
+    owner: String,
+    mut delivered: mpsc::UnboundedReceiver<i64>,
+) {
     let mut ids = Vec::with_capacity(10_000);
     while delivered.recv_many(&mut ids, 10_000).await > 0 {
         // A failed write only delays the mark: the executor accepts claimed tasks too.

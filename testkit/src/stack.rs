@@ -1,0 +1,133 @@
+//! The whole pipeline as separate processes: admin, scanner and executor against a
+//! database and a topic of their own.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{kafka_brokers, unique_name, ServiceProcess, TestDb};
+
+pub struct Stack {
+    pub db: TestDb,
+    pub topic: String,
+    pub admin: ServiceProcess,
+    pub scanner: ServiceProcess,
+    pub executor: ServiceProcess,
+    pub http: reqwest::Client,
+}
+
+impl Stack {
+    /// Starts the three services (with `extra` environment for all) and waits until each
+    /// is healthy.
+    pub async fn start(extra: &[(&str, String)]) -> Stack {
+        let db = TestDb::create().await;
+        let topic = unique_name("punctual.tasks");
+        let mut env: Vec<(&str, String)> = vec![
+            ("PUNCTUAL_DATABASE_URL", db.url.clone()),
+            ("PUNCTUAL_KAFKA_BROKERS", kafka_brokers()),
+            ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
+            ("PUNCTUAL_TASKS_PARTITIONS", "4".into()),
+            ("PUNCTUAL_EXECUTOR_GROUP", unique_name("executors")),
+        ];
+        env.extend(extra.iter().cloned());
+        let tag = unique_name("");
+        let mut admin = ServiceProcess::start(
+            "punctual-admin",
+            &format!("admin{tag}"),
+            "PUNCTUAL_ADMIN_ADDR",
+            &env,
+        );
+        let mut scanner = ServiceProcess::start(
+            "punctual-scanner",
+            &format!("scanner{tag}"),
+            "PUNCTUAL_SCANNER_ADDR",
+            &env,
+        );
+        let mut executor = ServiceProcess::start(
+            "punctual-executor",
+            &format!("executor{tag}"),
+            "PUNCTUAL_EXECUTOR_ADDR",
+            &env,
+        );
+        for p in [&mut admin, &mut scanner, &mut executor] {
+            p.wait_healthy(Duration::from_secs(60)).await;
+        }
+        Stack {
+            db,
+            topic,
+            admin,
+            scanner,
+            executor,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// `POST /v1/timers`; panics unless the answer is 201. Returns the stored timer.
+    pub async fn create_timer(&self, body: &Value) -> Value {
+        let r = self
+            .http
+            .post(self.admin.url("/v1/timers"))
+            .json(body)
+            .send()
+            .await
+            .expect("admin reachable");
+        let status = r.status();
+        let v: Value = r.json().await.expect("JSON answer");
+        assert_eq!(status.as_u16(), 201, "creating {body}: {v}");
+        v
+    }
+
+    /// `POST /v1/timers/{id}/{action}` (pause, resume); panics unless 200.
+    pub async fn timer_action(&self, id: &str, action: &str) -> Value {
+        let r = self
+            .http
+            .post(self.admin.url(&format!("/v1/timers/{id}/{action}")))
+            .send()
+            .await
+            .expect("admin reachable");
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.expect("JSON answer")
+    }
+
+    /// `GET /v1/timers/{id}/runs`.
+    pub async fn runs(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .http
+            .get(self.admin.url(&format!("/v1/timers/{id}/runs?limit=1000")))
+            .send()
+            .await
+            .expect("admin reachable");
+        let v: Value = r.json().await.expect("JSON answer");
+        v["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The text of a service's `/metrics`.
+    pub async fn metrics(&self, service: &ServiceProcess) -> String {
+        self.http
+            .get(service.url("/metrics"))
+            .send()
+            .await
+            .expect("reachable")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+/// The value of an un-labelled (or fully spelled) sample in Prometheus text, if present.
+pub fn metric_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(sample)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// The last lines of every service log, for a failing test to print.
+pub fn dump_logs(stack: &Stack) -> String {
+    [&stack.admin, &stack.scanner, &stack.executor]
+        .iter()
+        .map(|p| format!("--- {} ---\n{}", p.name, p.log_tail()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
