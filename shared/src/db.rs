@@ -25,9 +25,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     let mut attempts = 0;
     loop {
         match MIGRATOR.run(pool).await {
-            Err(sqlx::migrate::MigrateError::Execute(e))
-                if attempts < 30 && is_connection_error(&e) =>
-            {
+            Err(sqlx::migrate::MigrateError::Execute(e)) if attempts < 30 && is_connection_error(&e) => {
                 attempts += 1;
                 tracing::warn!(error = %e, "database not reachable yet; retrying migrations");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -40,11 +38,5 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// Whether an error means the database could not be reached (worth retrying), as opposed
 /// to a statement that failed.
 pub fn is_connection_error(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    )
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
 }

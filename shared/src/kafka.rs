@@ -22,26 +22,15 @@ pub enum TopicError {
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
     #[error("could not create topic {topic}: {code}")]
-    Create {
-        topic: String,
-        code: RDKafkaErrorCode,
-    },
+    Create { topic: String, code: RDKafkaErrorCode },
     #[error("topic {0} has no partitions")]
     NoPartitions(String),
 }
 
 /// Creates the topic if it does not exist; returns its partition count.
-pub async fn ensure_topic(
-    cfg: &KafkaConfig,
-    topic: &str,
-    partitions: i32,
-) -> Result<i32, TopicError> {
+pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<i32, TopicError> {
     let admin: AdminClient<DefaultClientContext> = client_config(cfg).create()?;
-    let new_topic = NewTopic::new(
-        topic,
-        partitions,
-        TopicReplication::Fixed(cfg.topic_replication),
-    );
+    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in admin.create_topics([&new_topic], &options).await? {
         match result {
@@ -61,11 +50,7 @@ pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, Topi
         let consumer: BaseConsumer = client_config(&cfg).create()?;
         for _ in 0..50 {
             let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
-            let count = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic)
-                .map_or(0, |t| t.partitions().len());
+            let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
             if count > 0 {
                 return Ok(count as i32);
             }

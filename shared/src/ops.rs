@@ -11,20 +11,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub fn router(registry: Registry) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(move || metrics(registry.clone())))
+    Router::new().route("/healthz", get(|| async { "ok\n" })).route("/metrics", get(move || metrics(registry.clone())))
 }
 
 async fn metrics(registry: Registry) -> impl IntoResponse {
     let mut body = Vec::new();
     match TextEncoder::new().encode(&registry.gather(), &mut body) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-            body,
-        )
-            .into_response(),
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -37,27 +30,18 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)
 }
 
 /// Serves `router` until `token` is cancelled, then finishes the requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    token: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(token.cancelled_owned())
-        .await
+pub async fn serve(listener: TcpListener, router: Router, token: CancellationToken) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(token.cancelled_owned()).await
 }
 
 /// A histogram of fire lag in seconds, with buckets from 1 ms to 60 s.
 pub fn lag_buckets() -> Vec<f64> {
-    vec![
-        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    ]
+    vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
 }
 
 /// Cancels `token` on SIGINT or SIGTERM. For binaries only: libraries take a token.
 pub async fn cancel_on_signal(token: CancellationToken) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

@@ -61,18 +61,11 @@ impl CronSchedule {
     /// Accepts 5-field (minute resolution, crontab), 6-field (with seconds) and 7-field
     /// (with seconds and year) expressions.
     pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
-        let tz =
-            Tz::from_str(timezone).map_err(|_| ScheduleError::TimeZone(timezone.to_owned()))?;
+        let tz = Tz::from_str(timezone).map_err(|_| ScheduleError::TimeZone(timezone.to_owned()))?;
         let normalized = normalize_cron(expr);
-        let parsed = cron::Schedule::from_str(&normalized).map_err(|e| ScheduleError::Cron {
-            expr: expr.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self {
-            expr: expr.trim().to_owned(),
-            parsed,
-            tz,
-        })
+        let parsed = cron::Schedule::from_str(&normalized)
+            .map_err(|e| ScheduleError::Cron { expr: expr.to_owned(), reason: e.to_string() })?;
+        Ok(Self { expr: expr.trim().to_owned(), parsed, tz })
     }
 
     pub fn expr(&self) -> &str {
@@ -85,10 +78,7 @@ impl CronSchedule {
 
     fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let local = self.tz.from_utc_datetime(&t.naive_utc());
-        self.parsed
-            .after(&local)
-            .next()
-            .map(|d| d.with_timezone(&Utc))
+        self.parsed.after(&local).next().map(|d| d.with_timezone(&Utc))
     }
 }
 
@@ -102,10 +92,7 @@ fn normalize_cron(expr: &str) -> String {
         return fields.join(" ");
     }
     let dow = crontab_dow_to_names(fields[4]);
-    format!(
-        "0 {} {} {} {} {}",
-        fields[0], fields[1], fields[2], fields[3], dow
-    )
+    format!("0 {} {} {} {} {}", fields[0], fields[1], fields[2], fields[3], dow)
 }
 
 fn crontab_dow_to_names(field: &str) -> String {
@@ -172,9 +159,7 @@ impl Schedule {
             ScheduleKind::Interval { every_ms } if *every_ms < MIN_INTERVAL_MS => {
                 return Err(ScheduleError::IntervalTooShort(*every_ms))
             }
-            ScheduleKind::Delay { delay_ms } if *delay_ms < 0 => {
-                return Err(ScheduleError::NegativeDelay(*delay_ms))
-            }
+            ScheduleKind::Delay { delay_ms } if *delay_ms < 0 => return Err(ScheduleError::NegativeDelay(*delay_ms)),
             _ => {}
         }
         if let (Some(s), Some(e)) = (start_at, end_at) {
@@ -182,19 +167,12 @@ impl Schedule {
                 return Err(ScheduleError::EmptyBounds);
             }
         }
-        Ok(Self {
-            kind,
-            start_at: start_at.map(to_millis),
-            end_at: end_at.map(to_millis),
-        })
+        Ok(Self { kind, start_at: start_at.map(to_millis), end_at: end_at.map(to_millis) })
     }
 
     /// Whether the schedule has a single occurrence (once, delay).
     pub fn is_one_shot(&self) -> bool {
-        matches!(
-            self.kind,
-            ScheduleKind::Once { .. } | ScheduleKind::Delay { .. }
-        )
+        matches!(self.kind, ScheduleKind::Once { .. } | ScheduleKind::Delay { .. })
     }
 
     /// The single occurrence of a one-shot schedule, wherever it lies in time. A one-shot
@@ -210,11 +188,7 @@ impl Schedule {
     }
 
     /// The earliest occurrence at or after `from`, or `None` if there is none.
-    pub fn first_from(
-        &self,
-        created_at: DateTime<Utc>,
-        from: DateTime<Utc>,
-    ) -> Option<DateTime<Utc>> {
+    pub fn first_from(&self, created_at: DateTime<Utc>, from: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let from = match self.start_at {
             Some(start) if start > from => start,
             _ => from,
@@ -230,14 +204,9 @@ impl Schedule {
             _ => t,
         };
         let next = match &self.kind {
-            ScheduleKind::Once { .. } | ScheduleKind::Delay { .. } => {
-                self.one_shot_at(created_at).filter(|at| *at > t)
-            }
+            ScheduleKind::Once { .. } | ScheduleKind::Delay { .. } => self.one_shot_at(created_at).filter(|at| *at > t),
             ScheduleKind::Interval { every_ms } => {
-                let anchor = to_millis(
-                    self.start_at
-                        .unwrap_or(created_at + Duration::milliseconds(*every_ms)),
-                );
+                let anchor = to_millis(self.start_at.unwrap_or(created_at + Duration::milliseconds(*every_ms)));
                 if t < anchor {
                     Some(anchor)
                 } else {
@@ -248,17 +217,11 @@ impl Schedule {
             }
             ScheduleKind::Cron(cron) => cron.next_after(t),
         };
-        next.map(to_millis)
-            .filter(|at| self.end_at.is_none_or(|end| *at < end))
+        next.map(to_millis).filter(|at| self.end_at.is_none_or(|end| *at < end))
     }
 
     /// Up to `n` upcoming occurrences at or after `now`, for display.
-    pub fn upcoming(
-        &self,
-        created_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-        n: usize,
-    ) -> Vec<DateTime<Utc>> {
+    pub fn upcoming(&self, created_at: DateTime<Utc>, now: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
         if self.is_one_shot() {
             return self.one_shot_at(created_at).into_iter().collect();
         }
@@ -284,12 +247,7 @@ mod tests {
     }
 
     fn cron(expr: &str, tz: &str) -> Schedule {
-        Schedule::new(
-            ScheduleKind::Cron(Box::new(CronSchedule::parse(expr, tz).unwrap())),
-            None,
-            None,
-        )
-        .unwrap()
+        Schedule::new(ScheduleKind::Cron(Box::new(CronSchedule::parse(expr, tz).unwrap())), None, None).unwrap()
     }
 
     #[test]
@@ -297,10 +255,7 @@ mod tests {
         let s = cron("* * * * * *", "UTC");
         let t = utc("2026-12-24T18:00:00.250Z");
         assert_eq!(s.next_after(t, t), Some(utc("2026-12-24T18:00:01Z")));
-        assert_eq!(
-            s.first_from(t, utc("2026-12-24T18:00:01Z")),
-            Some(utc("2026-12-24T18:00:01Z"))
-        );
+        assert_eq!(s.first_from(t, utc("2026-12-24T18:00:01Z")), Some(utc("2026-12-24T18:00:01Z")));
     }
 
     #[test]
@@ -337,26 +292,12 @@ mod tests {
     fn interval_is_anchored_at_creation_or_start() {
         let created = utc("2026-01-01T00:00:00.123456Z");
         let s = Schedule::new(ScheduleKind::Interval { every_ms: 1500 }, None, None).unwrap();
-        assert_eq!(
-            s.first_from(created, created),
-            Some(utc("2026-01-01T00:00:01.623Z"))
-        );
-        assert_eq!(
-            s.next_after(created, utc("2026-01-01T00:00:01.623Z")),
-            Some(utc("2026-01-01T00:00:03.123Z"))
-        );
+        assert_eq!(s.first_from(created, created), Some(utc("2026-01-01T00:00:01.623Z")));
+        assert_eq!(s.next_after(created, utc("2026-01-01T00:00:01.623Z")), Some(utc("2026-01-01T00:00:03.123Z")));
         let start = utc("2026-02-01T00:00:00Z");
-        let s = Schedule::new(
-            ScheduleKind::Interval { every_ms: 60_000 },
-            Some(start),
-            None,
-        )
-        .unwrap();
+        let s = Schedule::new(ScheduleKind::Interval { every_ms: 60_000 }, Some(start), None).unwrap();
         assert_eq!(s.first_from(created, created), Some(start));
-        assert_eq!(
-            s.first_from(created, start + Duration::seconds(1)),
-            Some(start + Duration::minutes(1))
-        );
+        assert_eq!(s.first_from(created, start + Duration::seconds(1)), Some(start + Duration::minutes(1)));
     }
 
     #[test]
@@ -372,12 +313,7 @@ mod tests {
         assert_eq!(s.next_after(t, t), Some(utc("2026-01-01T00:00:02Z")));
         assert_eq!(s.next_after(t, utc("2026-01-01T00:00:02Z")), None);
         assert_eq!(
-            Schedule::new(
-                ScheduleKind::Interval { every_ms: 1000 },
-                Some(end),
-                Some(end)
-            )
-            .unwrap_err(),
+            Schedule::new(ScheduleKind::Interval { every_ms: 1000 }, Some(end), Some(end)).unwrap_err(),
             ScheduleError::EmptyBounds
         );
     }
@@ -386,14 +322,8 @@ mod tests {
     fn one_shots_fire_once_even_when_late() {
         let created = utc("2026-01-01T00:00:00Z");
         let s = Schedule::new(ScheduleKind::Delay { delay_ms: 2500 }, None, None).unwrap();
-        assert_eq!(
-            s.one_shot_at(created),
-            Some(utc("2026-01-01T00:00:02.500Z"))
-        );
-        assert_eq!(
-            s.upcoming(created, utc("2027-01-01T00:00:00Z"), 5),
-            vec![utc("2026-01-01T00:00:02.500Z")]
-        );
+        assert_eq!(s.one_shot_at(created), Some(utc("2026-01-01T00:00:02.500Z")));
+        assert_eq!(s.upcoming(created, utc("2027-01-01T00:00:00Z"), 5), vec![utc("2026-01-01T00:00:02.500Z")]);
         assert_eq!(s.next_after(created, utc("2026-01-01T00:00:02.500Z")), None);
     }
 

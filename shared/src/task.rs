@@ -1,9 +1,10 @@
 //! Tasks (one per occurrence) and their state machine, in one place.
 //!
 //! ```text
-//! pending ──claim──▶ claimed ──publish──▶ published ──start──▶ running ──finish──▶ succeeded | failed
-//!    ▲                  │ lease expired: claimable again          │
-//!    └──────────────────┘                   start on a paused, deleted or edited timer ──▶ cancelled
+//! pending ──claim──▶ claimed ──publish──▶ published ──start──▶ running ──finish──▶ succeeded
+//!    ▲  ▲               │ lease expired: claimable again          │   failed, retryable: ──▶ pending (later due_at)
+//!    │  └───────────────┘                                          │   failed, no attempt left ──▶ dead
+//!    └────────────────────────────── replay ──── dead              └── (timer paused, deleted or edited) ──▶ cancelled
 //! ```
 //!
 //! Every transition is one conditional SQL statement over a batch of tasks, so a service
@@ -19,6 +20,7 @@ use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::retry::RetryPolicy;
 use crate::timer::task_identity;
 
 /// Occurrences are spread over this many buckets by timer id; a bucket maps to a Kafka
@@ -40,7 +42,7 @@ pub enum TaskStatus {
     Published,
     Running,
     Succeeded,
-    Failed,
+    Dead,
     Cancelled,
 }
 
@@ -52,7 +54,7 @@ impl TaskStatus {
             TaskStatus::Published => "published",
             TaskStatus::Running => "running",
             TaskStatus::Succeeded => "succeeded",
-            TaskStatus::Failed => "failed",
+            TaskStatus::Dead => "dead",
             TaskStatus::Cancelled => "cancelled",
         }
     }
@@ -78,10 +80,10 @@ pub async fn plan(db: impl PgExecutor<'_>, tasks: &[PlannedTask]) -> Result<u64,
     let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
     let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
     let result = sqlx::query(
-        "INSERT INTO tasks (timer_id, scheduled_at, timer_version, bucket)
-         SELECT * FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[])
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket)
+         SELECT t, s, s, v, b FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[]) AS u(t, s, v, b)
          ON CONFLICT (timer_id, scheduled_at) DO UPDATE
-            SET timer_version = EXCLUDED.timer_version, status = 'pending', attempt = 1,
+            SET timer_version = EXCLUDED.timer_version, status = 'pending', attempt = 1, due_at = EXCLUDED.due_at,
                 claim_owner = NULL, lease_until = NULL, error = NULL, finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
             AND tasks.status IN ('pending', 'claimed', 'published', 'cancelled')",
@@ -95,18 +97,20 @@ pub async fn plan(db: impl PgExecutor<'_>, tasks: &[PlannedTask]) -> Result<u64,
     Ok(result.rows_affected())
 }
 
-/// A task claimed by a scanner, to be published at `scheduled_at`.
+/// A task claimed by a scanner, to be published at `due_at`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ClaimedTask {
     pub id: i64,
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
+    pub due_at: DateTime<Utc>,
     pub bucket: i16,
     pub attempt: i32,
     pub lease_until: DateTime<Utc>,
 }
 
-/// Claims up to `limit` tasks: pending ones due before now + `lookahead`, and claimed
+/// Claims up to `limit` tasks: pending ones due before now + `lookahead` (first attempts
+/// and retries alike), and claimed
 /// ones whose lease has expired (their scanner died or froze). Each row is locked with
 /// SKIP LOCKED, so concurrent claimers never block on or share a task.
 pub async fn claim(
@@ -119,8 +123,8 @@ pub async fn claim(
     sqlx::query_as::<_, ClaimedTask>(
         "WITH due AS (
             SELECT id FROM tasks
-             WHERE status = 'pending' AND scheduled_at < now() + $3::interval
-             ORDER BY scheduled_at
+             WHERE status = 'pending' AND due_at < now() + $3::interval
+             ORDER BY due_at
              LIMIT $4
              FOR UPDATE SKIP LOCKED
          ), expired AS (
@@ -135,7 +139,7 @@ pub async fn claim(
                 lease_until = now() + $2::interval
            FROM (SELECT id FROM due UNION ALL SELECT id FROM expired) c
           WHERE t.id = c.id
-         RETURNING t.id, t.timer_id, t.scheduled_at, t.bucket, t.attempt, t.lease_until",
+         RETURNING t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.attempt, t.lease_until",
     )
     .bind(owner)
     .bind(lease)
@@ -159,7 +163,7 @@ pub async fn mark_published(db: &PgPool, owner: &str, ids: &[i64]) -> Result<u64
     Ok(result.rows_affected())
 }
 
-/// A task that the executor now runs, with its timer's action.
+/// A task that the executor now runs, with its timer's action and retry policy.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StartedTask {
     pub id: i64,
@@ -172,24 +176,45 @@ pub struct StartedTask {
     pub http_headers: Value,
     pub http_body: Option<Value>,
     pub http_timeout_ms: i32,
+    pub retry_max_attempts: i32,
+    pub retry_initial_ms: i32,
+    pub retry_multiplier: f64,
+    pub retry_max_ms: i32,
 }
 
 impl StartedTask {
     pub fn identity(&self) -> String {
         task_identity(self.timer_id, self.scheduled_at)
     }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.retry_max_attempts,
+            initial_ms: self.retry_initial_ms,
+            multiplier: self.retry_multiplier,
+            max_ms: self.retry_max_ms,
+        }
+    }
 }
 
-/// Starts tasks: claimed or published → running, where the timer is still active and
-/// unchanged since the task was planned; the others of the batch that are still waiting
-/// are cancelled. A task already running or finished (a redelivered message) is neither
-/// started nor cancelled: the caller gets back only what it must run.
-pub async fn start(db: &PgPool, ids: &[i64]) -> Result<Vec<StartedTask>, sqlx::Error> {
+/// Starts tasks for executor `owner`: → running, where the task is at the message's
+/// attempt and still waiting (claimed or published), or running under another executor
+/// (which crashed, or lost the partition: the run is repeated, with the same
+/// Idempotency-Key), and where the timer is still active and unchanged since the task was
+/// planned. The others of the batch that are waiting are cancelled. A redelivered message
+/// whose task is running here, finished, or at another attempt, changes nothing: the
+/// caller gets back only what it must run.
+pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
+    let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
     sqlx::query_as::<_, StartedTask>(
         "WITH waiting AS (
             SELECT t.id, (tm.state = 'active' AND tm.version = t.timer_version) AS runnable
-              FROM tasks t JOIN timers tm ON tm.id = t.timer_id
-             WHERE t.id = ANY($1) AND t.status IN ('claimed', 'published')
+              FROM tasks t
+              JOIN UNNEST($1::bigint[], $2::int[]) AS m(id, attempt) ON m.id = t.id AND m.attempt = t.attempt
+              JOIN timers tm ON tm.id = t.timer_id
+             WHERE t.status IN ('claimed', 'published')
+                OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3)
              FOR UPDATE OF t
          ), cancelled AS (
             UPDATE tasks t SET status = 'cancelled', finished_at = now(),
@@ -197,55 +222,98 @@ pub async fn start(db: &PgPool, ids: &[i64]) -> Result<Vec<StartedTask>, sqlx::E
               FROM waiting w
              WHERE t.id = w.id AND NOT w.runnable
          ), started AS (
-            UPDATE tasks t SET status = 'running', started_at = now()
+            UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
              WHERE t.id = w.id AND w.runnable
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
          SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at,
-                tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms
+                tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
+                tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms
            FROM started s JOIN timers tm ON tm.id = s.timer_id",
     )
-    .bind(ids)
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(owner)
     .fetch_all(db)
     .await
 }
 
-/// How a run ended.
+/// What becomes of a task after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Succeeded,
+    /// Back to pending, due again at this time, as the next attempt.
+    Retry {
+        due_at: DateTime<Utc>,
+    },
+    /// No attempt left (or a failure not worth retrying).
+    Dead,
+}
+
+/// How an attempt ended, and what comes next.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub task_id: i64,
-    pub status: TaskStatus,
+    pub next: Next,
     pub http_status: Option<i16>,
     pub response_excerpt: Option<String>,
     pub error: Option<String>,
     pub duration_ms: i32,
 }
 
-/// Writes back the outcomes of running tasks: running → succeeded | failed.
+/// Writes back the outcomes of running tasks: running → succeeded | pending (retry) |
+/// dead. Each failed attempt is also kept in `task_attempts`. Returns how many tasks
+/// changed (a task no longer running, e.g. finished by another executor, is left alone).
 pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(0);
     }
     let ids: Vec<i64> = outcomes.iter().map(|o| o.task_id).collect();
-    let statuses: Vec<&str> = outcomes.iter().map(|o| o.status.as_str()).collect();
-    let codes: Vec<Option<i16>> = outcomes.iter().map(|o| o.http_status).collect();
-    let excerpts: Vec<Option<&str>> = outcomes
+    let statuses: Vec<&str> = outcomes
         .iter()
-        .map(|o| o.response_excerpt.as_deref())
+        .map(|o| match o.next {
+            Next::Succeeded => "succeeded",
+            Next::Retry { .. } => "pending",
+            Next::Dead => "dead",
+        })
         .collect();
+    let due: Vec<Option<DateTime<Utc>>> = outcomes
+        .iter()
+        .map(|o| match o.next {
+            Next::Retry { due_at } => Some(due_at),
+            _ => None,
+        })
+        .collect();
+    let codes: Vec<Option<i16>> = outcomes.iter().map(|o| o.http_status).collect();
+    let excerpts: Vec<Option<&str>> = outcomes.iter().map(|o| o.response_excerpt.as_deref()).collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let durations: Vec<i32> = outcomes.iter().map(|o| o.duration_ms).collect();
     let result = sqlx::query(
-        "UPDATE tasks t
-            SET status = v.status, finished_at = now(), http_status = v.http_status,
-                response_excerpt = v.excerpt, error = v.error, duration_ms = v.duration_ms
-           FROM UNNEST($1::bigint[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::int[])
-                AS v(id, status, http_status, excerpt, error, duration_ms)
+        "WITH v AS (
+            SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[], $7::int[])
+                AS v(id, status, due_at, http_status, excerpt, error, duration_ms)
+         ), history AS (
+            INSERT INTO task_attempts (task_id, attempt, started_at, http_status, error, response_excerpt, duration_ms)
+            SELECT t.id, t.attempt, t.started_at, v.http_status, v.error, v.excerpt, v.duration_ms
+              FROM tasks t JOIN v ON v.id = t.id
+             WHERE t.status = 'running' AND v.status <> 'succeeded'
+            ON CONFLICT DO NOTHING
+         )
+         UPDATE tasks t
+            SET status = v.status,
+                attempt = CASE WHEN v.status = 'pending' THEN t.attempt + 1 ELSE t.attempt END,
+                due_at = COALESCE(v.due_at, t.due_at),
+                finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE now() END,
+                claim_owner = NULL, lease_until = NULL,
+                http_status = v.http_status, response_excerpt = v.excerpt, error = v.error,
+                duration_ms = v.duration_ms
+           FROM v
           WHERE t.id = v.id AND t.status = 'running'",
     )
     .bind(&ids)
     .bind(&statuses)
+    .bind(&due)
     .bind(&codes)
     .bind(&excerpts)
     .bind(&errors)
@@ -253,6 +321,20 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     .execute(db)
     .await?;
     Ok(result.rows_affected())
+}
+
+/// Replays dead tasks: dead → pending, due now, as a further attempt. Returns the ids
+/// replayed (tasks not dead are left alone).
+pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE tasks SET status = 'pending', due_at = now(), attempt = attempt + 1, finished_at = NULL,
+                claim_owner = NULL, lease_until = NULL
+          WHERE id = ANY($1) AND status = 'dead'
+         RETURNING id",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await
 }
 
 /// The Kafka message for a due task. The key is the task identity; the value carries
@@ -271,14 +353,21 @@ impl TaskMessage {
     }
 }
 
+/// The dead-letter message of a task that failed its last attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub task_id: i64,
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub idempotency_key: String,
+    pub attempts: i32,
+    pub http_status: Option<i16>,
+    pub last_error: Option<String>,
+}
+
 impl From<&ClaimedTask> for TaskMessage {
     fn from(t: &ClaimedTask) -> Self {
-        Self {
-            task_id: t.id,
-            timer_id: t.timer_id,
-            scheduled_at: t.scheduled_at,
-            attempt: t.attempt,
-        }
+        Self { task_id: t.id, timer_id: t.timer_id, scheduled_at: t.scheduled_at, attempt: t.attempt }
     }
 }
 
@@ -301,16 +390,11 @@ mod tests {
         let m = TaskMessage {
             task_id: 7,
             timer_id: Uuid::nil(),
-            scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z")
-                .unwrap()
-                .with_timezone(&Utc),
+            scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc),
             attempt: 1,
         };
         let v = serde_json::to_vec(&m).unwrap();
         assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
-        assert_eq!(
-            m.key(),
-            "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z"
-        );
+        assert_eq!(m.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z");
     }
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::retry::RetryPolicy;
 use crate::schedule::{CronSchedule, Schedule, ScheduleKind};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -29,10 +30,7 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self { field: field.into(), message: message.into() }
     }
 }
 
@@ -51,6 +49,8 @@ pub struct TimerSpec {
     pub name: String,
     pub schedule: ScheduleSpec,
     pub action: ActionSpec,
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
 }
 
 /// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`.
@@ -106,15 +106,11 @@ impl HttpAction {
         if !HTTP_METHODS.contains(&method.as_str()) {
             return Err(FieldError::new(
                 "action.http.method",
-                format!(
-                    "unsupported method {method:?}; use one of {}",
-                    HTTP_METHODS.join(", ")
-                ),
+                format!("unsupported method {method:?}; use one of {}", HTTP_METHODS.join(", ")),
             ));
         }
-        let parsed = url::Url::parse(url).map_err(|e| {
-            FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}"))
-        })?;
+        let parsed = url::Url::parse(url)
+            .map_err(|e| FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}")))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
             return Err(FieldError::new(
                 "action.http.url",
@@ -122,15 +118,10 @@ impl HttpAction {
             ));
         }
         for (name, value) in &headers {
-            let name_ok = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            let name_ok =
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !name_ok {
-                return Err(FieldError::new(
-                    format!("action.http.headers.{name}"),
-                    "not a valid header name",
-                ));
+                return Err(FieldError::new(format!("action.http.headers.{name}"), "not a valid header name"));
             }
             if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
                 return Err(FieldError::new(
@@ -145,13 +136,7 @@ impl HttpAction {
                 format!("must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}"),
             ));
         }
-        Ok(Self {
-            method,
-            url: url.to_owned(),
-            headers,
-            body,
-            timeout_ms: timeout_ms as i32,
-        })
+        Ok(Self { method, url: url.to_owned(), headers, body, timeout_ms: timeout_ms as i32 })
     }
 }
 
@@ -162,46 +147,34 @@ pub struct NewTimer {
     pub name: String,
     pub schedule: Schedule,
     pub http: HttpAction,
+    pub retry: RetryPolicy,
 }
 
 fn check_namespace(ns: &str) -> Result<(), FieldError> {
     let ok = (1..=64).contains(&ns.len())
-        && ns
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new(
-            "namespace",
-            "must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'",
-        ))
+        Err(FieldError::new("namespace", "must be 1 to 64 characters of a-z, 0-9, '.', '_' or '-'"))
     }
 }
 
 fn check_name(name: &str) -> Result<(), FieldError> {
     if name.trim().is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
-        return Err(FieldError::new(
-            "name",
-            "must be 1 to 200 characters, not blank, without control characters",
-        ));
+        return Err(FieldError::new("name", "must be 1 to 200 characters, not blank, without control characters"));
     }
     Ok(())
 }
 
 impl TimerSpec {
     pub fn validate(self) -> Result<NewTimer, FieldError> {
-        let namespace = self
-            .namespace
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        let namespace = self.namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
         check_namespace(&namespace)?;
         check_name(&self.name)?;
         let schedule = self.schedule.validate()?;
         let Some(http) = self.action.http else {
-            return Err(FieldError::new(
-                "action",
-                "exactly one action is required: {\"http\": {...}}",
-            ));
+            return Err(FieldError::new("action", "exactly one action is required: {\"http\": {...}}"));
         };
         let http = HttpAction::new(
             http.method.as_deref().unwrap_or("POST"),
@@ -210,34 +183,19 @@ impl TimerSpec {
             http.body,
             http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
         )?;
-        Ok(NewTimer {
-            namespace,
-            name: self.name,
-            schedule,
-            http,
-        })
+        let retry = self.retry.unwrap_or_default().validate()?;
+        Ok(NewTimer { namespace, name: self.name, schedule, http, retry })
     }
 }
 
 impl ScheduleSpec {
     pub fn validate(self) -> Result<Schedule, FieldError> {
-        let given = [
-            self.cron.is_some(),
-            self.at.is_some(),
-            self.delay_ms.is_some(),
-            self.every_ms.is_some(),
-        ];
+        let given = [self.cron.is_some(), self.at.is_some(), self.delay_ms.is_some(), self.every_ms.is_some()];
         if given.iter().filter(|g| **g).count() != 1 {
-            return Err(FieldError::new(
-                "schedule",
-                "exactly one of cron, at, delay_ms, every_ms is required",
-            ));
+            return Err(FieldError::new("schedule", "exactly one of cron, at, delay_ms, every_ms is required"));
         }
         if self.timezone.is_some() && self.cron.is_none() {
-            return Err(FieldError::new(
-                "schedule.timezone",
-                "only a cron schedule takes a time zone",
-            ));
+            return Err(FieldError::new("schedule.timezone", "only a cron schedule takes a time zone"));
         }
         let kind = if let Some(expr) = self.cron {
             let timezone = self.timezone.as_deref().unwrap_or("UTC");
@@ -247,9 +205,7 @@ impl ScheduleSpec {
         } else if let Some(delay_ms) = self.delay_ms {
             ScheduleKind::Delay { delay_ms }
         } else {
-            ScheduleKind::Interval {
-                every_ms: self.every_ms.unwrap_or_default(),
-            }
+            ScheduleKind::Interval { every_ms: self.every_ms.unwrap_or_default() }
         };
         Ok(Schedule::new(kind, self.start_at, self.end_at)?)
     }
@@ -319,6 +275,10 @@ pub struct TimerRow {
     pub http_headers: Value,
     pub http_body: Option<Value>,
     pub http_timeout_ms: i32,
+    pub retry_max_attempts: i32,
+    pub retry_initial_ms: i32,
+    pub retry_multiplier: f64,
+    pub retry_max_ms: i32,
     pub state: String,
     pub version: i64,
     pub created_at: DateTime<Utc>,
@@ -333,44 +293,29 @@ impl TimerRow {
     pub fn schedule(&self) -> Result<Schedule, FieldError> {
         let kind = match self.schedule_kind.as_str() {
             "once" => ScheduleKind::Once {
-                at: self.run_at.ok_or_else(|| {
-                    FieldError::new("run_at", "run_at is required for a once timer")
-                })?,
+                at: self.run_at.ok_or_else(|| FieldError::new("run_at", "run_at is required for a once timer"))?,
             },
             "delay" => ScheduleKind::Delay {
-                delay_ms: self.delay_ms.ok_or_else(|| {
-                    FieldError::new("delay_ms", "delay_ms is required for a delay timer")
-                })?,
+                delay_ms: self
+                    .delay_ms
+                    .ok_or_else(|| FieldError::new("delay_ms", "delay_ms is required for a delay timer"))?,
             },
             "interval" => ScheduleKind::Interval {
-                every_ms: self.interval_ms.ok_or_else(|| {
-                    FieldError::new(
-                        "interval_ms",
-                        "interval_ms is required for an interval timer",
-                    )
-                })?,
+                every_ms: self
+                    .interval_ms
+                    .ok_or_else(|| FieldError::new("interval_ms", "interval_ms is required for an interval timer"))?,
             },
             "cron" => {
-                let expr = self.cron_expr.as_deref().ok_or_else(|| {
-                    FieldError::new("cron_expr", "cron_expr is required for a cron timer")
-                })?;
-                ScheduleKind::Cron(Box::new(
-                    CronSchedule::parse(expr, &self.timezone).map_err(|e| {
-                        let column = if e.field() == "schedule.timezone" {
-                            "timezone"
-                        } else {
-                            "cron_expr"
-                        };
-                        FieldError::new(column, e.to_string())
-                    })?,
-                ))
+                let expr = self
+                    .cron_expr
+                    .as_deref()
+                    .ok_or_else(|| FieldError::new("cron_expr", "cron_expr is required for a cron timer"))?;
+                ScheduleKind::Cron(Box::new(CronSchedule::parse(expr, &self.timezone).map_err(|e| {
+                    let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };
+                    FieldError::new(column, e.to_string())
+                })?))
             }
-            other => {
-                return Err(FieldError::new(
-                    "schedule_kind",
-                    format!("unknown schedule kind {other:?}"),
-                ))
-            }
+            other => return Err(FieldError::new("schedule_kind", format!("unknown schedule kind {other:?}"))),
         };
         Schedule::new(kind, self.start_at, self.end_at).map_err(|e| {
             let column = match e.field() {
@@ -384,32 +329,23 @@ impl TimerRow {
 
     /// Parses the action columns; the error names the column at fault.
     pub fn http_action(&self) -> Result<HttpAction, FieldError> {
-        let url = self.http_url.as_deref().ok_or_else(|| {
-            FieldError::new("http_url", "http_url is required for an http action")
-        })?;
+        let url = self
+            .http_url
+            .as_deref()
+            .ok_or_else(|| FieldError::new("http_url", "http_url is required for an http action"))?;
         let headers: BTreeMap<String, String> = serde_json::from_value(self.http_headers.clone())
-            .map_err(|_| {
-            FieldError::new(
-                "http_headers",
-                "http_headers must be a JSON object of strings",
-            )
-        })?;
-        HttpAction::new(
-            &self.http_method,
-            url,
-            headers,
-            self.http_body.clone(),
-            self.http_timeout_ms as i64,
+            .map_err(|_| FieldError::new("http_headers", "http_headers must be a JSON object of strings"))?;
+        HttpAction::new(&self.http_method, url, headers, self.http_body.clone(), self.http_timeout_ms as i64).map_err(
+            |e| {
+                let column = match e.field.as_str() {
+                    "action.http.method" => "http_method".to_owned(),
+                    "action.http.url" => "http_url".to_owned(),
+                    "action.http.timeout_ms" => "http_timeout_ms".to_owned(),
+                    f => f.replacen("action.http.", "http_", 1),
+                };
+                FieldError::new(column, e.message)
+            },
         )
-        .map_err(|e| {
-            let column = match e.field.as_str() {
-                "action.http.method" => "http_method".to_owned(),
-                "action.http.url" => "http_url".to_owned(),
-                "action.http.timeout_ms" => "http_timeout_ms".to_owned(),
-                f => f.replacen("action.http.", "http_", 1),
-            };
-            FieldError::new(column, e.message)
-        })
     }
 
     /// The API's JSON view of the timer, with its next fire times when it is plannable.
@@ -443,6 +379,12 @@ impl TimerRow {
                 "body": self.http_body,
                 "timeout_ms": self.http_timeout_ms,
             }},
+            "retry": {
+                "max_attempts": self.retry_max_attempts,
+                "initial_ms": self.retry_initial_ms,
+                "multiplier": self.retry_multiplier,
+                "max_ms": self.retry_max_ms,
+            },
             "state": self.state,
             "version": self.version,
             "created_at": self.created_at,
@@ -457,10 +399,7 @@ impl TimerRow {
 /// The task identity as sent to targets and used as the Kafka key:
 /// `<timer_id>:<scheduled_at in RFC 3339 UTC with milliseconds>`.
 pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
-    format!(
-        "{timer_id}:{}",
-        scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
-    )
+    format!("{timer_id}:{}", scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
 }
 
 #[cfg(test)]
@@ -487,31 +426,15 @@ mod tests {
     #[test]
     fn each_bad_field_is_named() {
         let cases = [
-            (
-                "/schedule",
-                json!({"cron":"* * * * * *","every_ms":1000}),
-                "schedule",
-            ),
+            ("/schedule", json!({"cron":"* * * * * *","every_ms":1000}), "schedule"),
             ("/schedule", json!({"cron":"nope"}), "schedule.cron"),
-            (
-                "/schedule",
-                json!({"cron":"* * * * * *","timezone":"Nowhere/City"}),
-                "schedule.timezone",
-            ),
+            ("/schedule", json!({"cron":"* * * * * *","timezone":"Nowhere/City"}), "schedule.timezone"),
             ("/schedule", json!({"every_ms":5}), "schedule.every_ms"),
             ("/action/http/url", json!("ftp://x/y"), "action.http.url"),
             ("/action/http/url", json!("not a url"), "action.http.url"),
             ("/action/http/method", json!("BREW"), "action.http.method"),
-            (
-                "/action/http/timeout_ms",
-                json!(0),
-                "action.http.timeout_ms",
-            ),
-            (
-                "/action/http/headers",
-                json!({"bad header":"x"}),
-                "action.http.headers.bad header",
-            ),
+            ("/action/http/timeout_ms", json!(0), "action.http.timeout_ms"),
+            ("/action/http/headers", json!({"bad header":"x"}), "action.http.headers.bad header"),
             ("/namespace", json!("Has Spaces"), "namespace"),
             ("/name", json!("  "), "name"),
         ];
@@ -526,12 +449,7 @@ mod tests {
     #[test]
     fn identity_has_millisecond_rfc3339() {
         let id = Uuid::nil();
-        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        assert_eq!(
-            task_identity(id, at),
-            "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.000Z"
-        );
+        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00Z").unwrap().with_timezone(&Utc);
+        assert_eq!(task_identity(id, at), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.000Z");
     }
 }

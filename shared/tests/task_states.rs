@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use punctual_shared::task::{self, Outcome, PlannedTask, TaskStatus};
+use punctual_shared::task::{self, Next, Outcome, PlannedTask};
 use punctual_testkit::TestDb;
 use uuid::Uuid;
 
 async fn timer(db: &TestDb) -> Uuid {
     sqlx::query_scalar(
-        "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status) VALUES ($1, 'cron', '* * * * * *', 'http://127.0.0.1:9/x', 'planned') RETURNING id",
+        "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status)
+         VALUES ($1, 'cron', '* * * * * *', 'http://127.0.0.1:9/x', 'planned') RETURNING id",
     )
     .bind(Uuid::new_v4().to_string())
     .fetch_one(&db.pool)
@@ -18,12 +19,8 @@ async fn timer(db: &TestDb) -> Uuid {
     .unwrap()
 }
 
-async fn status(db: &TestDb, id: i64) -> String {
-    sqlx::query_scalar("SELECT status FROM tasks WHERE id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+async fn row(db: &TestDb, id: i64) -> (String, i32) {
+    sqlx::query_as("SELECT status, attempt FROM tasks WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap()
 }
 
 async fn claimed_tasks(db: &TestDb, timer_id: Uuid, n: i64) -> Vec<i64> {
@@ -35,20 +32,23 @@ async fn claimed_tasks(db: &TestDb, timer_id: Uuid, n: i64) -> Vec<i64> {
         })
         .collect();
     task::plan(&db.pool, &planned).await.unwrap();
-    let claimed = task::claim(
-        &db.pool,
-        "owner",
-        Duration::from_secs(5),
-        Duration::from_secs(30),
-        1000,
-    )
-    .await
-    .unwrap();
-    claimed
-        .into_iter()
-        .filter(|t| t.timer_id == timer_id)
-        .map(|t| t.id)
-        .collect()
+    let claimed = task::claim(&db.pool, "owner", Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
+    claimed.into_iter().filter(|t| t.timer_id == timer_id).map(|t| t.id).collect()
+}
+
+fn first_attempts(ids: &[i64]) -> Vec<(i64, i32)> {
+    ids.iter().map(|id| (*id, 1)).collect()
+}
+
+fn outcome(id: i64, next: Next) -> Outcome {
+    Outcome {
+        task_id: id,
+        next,
+        http_status: Some(503),
+        response_excerpt: Some("busy".into()),
+        error: Some("target answered HTTP 503".into()),
+        duration_ms: 12,
+    }
 }
 
 #[tokio::test]
@@ -56,49 +56,28 @@ async fn a_task_starts_once_and_finishes_once() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let ids = claimed_tasks(&db, t, 3).await;
-    assert_eq!(
-        task::mark_published(&db.pool, "owner", &ids[..1])
-            .await
-            .unwrap(),
-        1
-    );
+    assert_eq!(task::mark_published(&db.pool, "owner", &ids[..1]).await.unwrap(), 1);
 
     // Claimed and published tasks both start (the published mark may trail the executor).
-    let started = task::start(&db.pool, &ids).await.unwrap();
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
     assert_eq!(started.len(), 3);
-    assert!(started
-        .iter()
-        .all(|s| s.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
-    // A redelivered message starts nothing, and cancels nothing.
-    assert!(task::start(&db.pool, &ids).await.unwrap().is_empty());
-    assert_eq!(status(&db, ids[0]).await, "running");
+    assert!(started.iter().all(|s| s.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
+    assert_eq!(started[0].retry_policy(), punctual_shared::retry::RetryPolicy::default());
+    // A redelivered message to the same executor starts nothing, and cancels nothing.
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
+    assert_eq!(row(&db, ids[0]).await.0, "running");
     // A late published mark does not move a running task back.
-    assert_eq!(
-        task::mark_published(&db.pool, "owner", &ids).await.unwrap(),
-        0
-    );
+    assert_eq!(task::mark_published(&db.pool, "owner", &ids).await.unwrap(), 0);
 
-    let outcome = |id, status| Outcome {
-        task_id: id,
-        status,
-        http_status: Some(200),
-        response_excerpt: Some("ok".into()),
-        error: None,
-        duration_ms: 12,
-    };
-    let outcomes = vec![
-        outcome(ids[0], TaskStatus::Succeeded),
-        outcome(ids[1], TaskStatus::Failed),
-    ];
+    let mut ok = outcome(ids[0], Next::Succeeded);
+    ok.http_status = Some(200);
+    ok.error = None;
+    let outcomes = vec![ok, outcome(ids[1], Next::Dead)];
     assert_eq!(task::finish(&db.pool, &outcomes).await.unwrap(), 2);
-    assert_eq!(
-        task::finish(&db.pool, &outcomes).await.unwrap(),
-        0,
-        "finishing twice changes nothing"
-    );
-    assert_eq!(status(&db, ids[0]).await, "succeeded");
-    assert_eq!(status(&db, ids[1]).await, "failed");
-    assert_eq!(status(&db, ids[2]).await, "running");
+    assert_eq!(task::finish(&db.pool, &outcomes).await.unwrap(), 0, "finishing twice changes nothing");
+    assert_eq!(row(&db, ids[0]).await.0, "succeeded");
+    assert_eq!(row(&db, ids[1]).await.0, "dead");
+    assert_eq!(row(&db, ids[2]).await.0, "running");
     let (code, duration): (Option<i16>, Option<i32>) =
         sqlx::query_as("SELECT http_status, duration_ms FROM tasks WHERE id = $1")
             .bind(ids[0])
@@ -106,6 +85,56 @@ async fn a_task_starts_once_and_finishes_once() {
             .await
             .unwrap();
     assert_eq!((code, duration), (Some(200), Some(12)));
+    // Only failed attempts are written to the history.
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM task_attempts").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(history, 1);
+}
+
+#[tokio::test]
+async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    let id = claimed_tasks(&db, t, 1).await[0];
+    task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap();
+    let due_at = Utc::now() + chrono::Duration::seconds(2);
+    assert_eq!(task::finish(&db.pool, &[outcome(id, Next::Retry { due_at })]).await.unwrap(), 1);
+    assert_eq!(row(&db, id).await, ("pending".to_owned(), 2));
+
+    // Not claimable before its new due time comes within the lookahead.
+    let early = task::claim(&db.pool, "s", Duration::from_millis(500), Duration::from_secs(30), 10).await.unwrap();
+    assert!(early.is_empty());
+    let claimed = task::claim(&db.pool, "s", Duration::from_secs(5), Duration::from_secs(30), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].attempt, claimed[0].due_at.timestamp_millis()), (2, due_at.timestamp_millis()));
+    // A stale message of attempt 1 does not start attempt 2.
+    assert!(task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().is_empty());
+    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 2)]).await.unwrap().len(), 1);
+    task::finish(&db.pool, &[outcome(id, Next::Dead)]).await.unwrap();
+    let attempts: Vec<(i32, Option<i16>)> =
+        sqlx::query_as("SELECT attempt, http_status FROM task_attempts WHERE task_id = $1 ORDER BY attempt")
+            .bind(id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, vec![(1, Some(503)), (2, Some(503))]);
+
+    // Replay: dead → pending, now, as attempt 3; a task that is not dead is not replayed.
+    assert_eq!(task::replay(&db.pool, &[id]).await.unwrap(), vec![id]);
+    assert_eq!(row(&db, id).await, ("pending".to_owned(), 3));
+    assert!(task::replay(&db.pool, &[id]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_task_running_under_a_crashed_executor_runs_again_on_redelivery() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    let id = claimed_tasks(&db, t, 1).await[0];
+    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().len(), 1);
+    // exec-1 dies mid-callback; its uncommitted message goes to exec-2.
+    let again = task::start(&db.pool, "exec-2", &[(id, 1)]).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempt, 1, "the same attempt, with the same identity");
+    assert!(task::start(&db.pool, "exec-2", &[(id, 1)]).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -119,34 +148,20 @@ async fn tasks_of_paused_deleted_or_edited_timers_are_cancelled_not_run() {
     for t in [paused, deleted, edited, kept] {
         ids.push(claimed_tasks(&db, t, 1).await[0]);
     }
-    sqlx::query("UPDATE timers SET state = 'paused' WHERE id = $1")
-        .bind(paused)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE timers SET state = 'deleted' WHERE id = $1")
-        .bind(deleted)
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::query("UPDATE timers SET state = 'paused' WHERE id = $1").bind(paused).execute(&db.pool).await.unwrap();
+    sqlx::query("UPDATE timers SET state = 'deleted' WHERE id = $1").bind(deleted).execute(&db.pool).await.unwrap();
     sqlx::query("UPDATE timers SET cron_expr = '*/2 * * * * *' WHERE id = $1")
         .bind(edited)
         .execute(&db.pool)
         .await
         .unwrap();
-    let version: i64 = sqlx::query_scalar("SELECT version FROM timers WHERE id = $1")
-        .bind(edited)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let version: i64 =
+        sqlx::query_scalar("SELECT version FROM timers WHERE id = $1").bind(edited).fetch_one(&db.pool).await.unwrap();
     assert_eq!(version, 2, "an edit bumps the version");
 
-    let started = task::start(&db.pool, &ids).await.unwrap();
-    assert_eq!(
-        started.iter().map(|s| s.timer_id).collect::<Vec<_>>(),
-        vec![kept]
-    );
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    assert_eq!(started.iter().map(|s| s.timer_id).collect::<Vec<_>>(), vec![kept]);
     for id in &ids[..3] {
-        assert_eq!(status(&db, *id).await, "cancelled");
+        assert_eq!(row(&db, *id).await.0, "cancelled");
     }
 }

@@ -47,13 +47,9 @@ impl TestDb {
     pub async fn create() -> TestDb {
         let server = required_env("PUNCTUAL_TEST_DATABASE_URL");
         let name = format!("t_{}", Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&format!("{server}/postgres"))
-            .await
-            .expect("connect to the test Postgres");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
+        let mut admin =
+            PgConnection::connect(&format!("{server}/postgres")).await.expect("connect to the test Postgres");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create test database");
         admin.close().await.ok();
         let url = format!("{server}/{name}");
         let pool = sqlx::postgres::PgPoolOptions::new()
@@ -62,18 +58,12 @@ impl TestDb {
             .connect(&url)
             .await
             .expect("connect to the test database");
-        punctual_shared::db::MIGRATOR
-            .run(&pool)
-            .await
-            .expect("migrate the test database");
+        punctual_shared::db::MIGRATOR.run(&pool).await.expect("migrate the test database");
         TestDb { url, pool }
     }
 
     pub fn config(&self) -> DatabaseConfig {
-        DatabaseConfig {
-            database_url: self.url.parse::<Secret>().expect("infallible"),
-            database_max_connections: 8,
-        }
+        DatabaseConfig { database_url: self.url.parse::<Secret>().expect("infallible"), database_max_connections: 8 }
     }
 }
 

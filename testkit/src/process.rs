@@ -12,19 +12,12 @@ pub fn bin_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf()
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released: good enough for a test run).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
 /// A running service process: killed when dropped. Its output goes to
@@ -41,17 +34,9 @@ pub struct ServiceProcess {
 impl ServiceProcess {
     /// Starts `binary` (e.g. "punctual-scanner") with `envs`; `port_var` receives the
     /// address of its HTTP endpoint, on a free port.
-    pub fn start(
-        binary: &str,
-        name: &str,
-        port_var: &str,
-        envs: &[(&str, String)],
-    ) -> ServiceProcess {
+    pub fn start(binary: &str, name: &str, port_var: &str, envs: &[(&str, String)]) -> ServiceProcess {
         let port = free_port();
-        let mut envs: Vec<(String, String)> = envs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
+        let mut envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         envs.push((port_var.to_owned(), format!("127.0.0.1:{port}")));
         let logs = bin_dir().join("test-logs");
         std::fs::create_dir_all(&logs).expect("log folder");
@@ -70,26 +55,16 @@ impl ServiceProcess {
     /// Starts the process again (after `kill`), with the same settings.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "{} is running", self.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("open log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open log");
         let child = Command::new(&self.binary)
             .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env(
-                "RUST_LOG",
-                std::env::var("PUNCTUAL_TEST_SERVICE_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("RUST_LOG", std::env::var("PUNCTUAL_TEST_SERVICE_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| {
-                panic!(
-                    "starting {}: {e} (run `cargo build --workspace --bins` first)",
-                    self.binary.display()
-                )
+                panic!("starting {}: {e} (run `cargo build --workspace --bins` first)", self.binary.display())
             });
         self.child = Some(child);
     }
@@ -110,20 +85,11 @@ impl ServiceProcess {
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "{} exited with {status}; log: {}\n{}",
-                        self.name,
-                        self.log.display(),
-                        self.log_tail()
-                    );
+                    panic!("{} exited with {status}; log: {}\n{}", self.name, self.log.display(), self.log_tail());
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                panic!(
-                    "{} not healthy after {timeout:?}; log:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
+                panic!("{} not healthy after {timeout:?}; log:\n{}", self.name, self.log_tail());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -149,10 +115,7 @@ impl ServiceProcess {
         let Some(mut child) = self.child.take() else {
             return true;
         };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let deadline = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {

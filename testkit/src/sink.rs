@@ -27,9 +27,7 @@ impl Call {
     pub fn scheduled_at(&self) -> Option<DateTime<Utc>> {
         let key = self.idempotency_key.as_deref()?;
         let (_, at) = key.split_once(':')?;
-        DateTime::parse_from_rfc3339(at)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
+        DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
     }
 }
 
@@ -53,22 +51,14 @@ impl Sink {
     pub async fn start_on(addr: SocketAddr) -> Sink {
         let shared = Shared::default();
         let router = Router::new().fallback(record).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind sink");
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind sink");
         let addr = listener.local_addr().expect("sink address");
         let token = CancellationToken::new();
         let stop = token.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await;
+            let _ = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
-        Sink {
-            addr,
-            shared,
-            token,
-        }
+        Sink { addr, shared, token }
     }
 
     /// A URL on this sink.
@@ -82,10 +72,7 @@ impl Sink {
 
     /// Calls received on `path`.
     pub fn calls_to(&self, path: &str) -> Vec<Call> {
-        self.calls()
-            .into_iter()
-            .filter(|c| c.path == path)
-            .collect()
+        self.calls().into_iter().filter(|c| c.path == path).collect()
     }
 }
 
@@ -95,21 +82,12 @@ impl Drop for Sink {
     }
 }
 
-async fn record(
-    State(shared): State<Shared>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
+async fn record(State(shared): State<Shared>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
     let call = Call {
         received_at: Utc::now(),
         method: method.to_string(),
         path: uri.path().to_owned(),
-        idempotency_key: headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        idempotency_key: headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned),
         headers,
         body,
     };

@@ -31,46 +31,20 @@ impl Stack {
         ];
         env.extend(extra.iter().cloned());
         let tag = unique_name("");
-        let mut admin = ServiceProcess::start(
-            "punctual-admin",
-            &format!("admin{tag}"),
-            "PUNCTUAL_ADMIN_ADDR",
-            &env,
-        );
-        let mut scanner = ServiceProcess::start(
-            "punctual-scanner",
-            &format!("scanner{tag}"),
-            "PUNCTUAL_SCANNER_ADDR",
-            &env,
-        );
-        let mut executor = ServiceProcess::start(
-            "punctual-executor",
-            &format!("executor{tag}"),
-            "PUNCTUAL_EXECUTOR_ADDR",
-            &env,
-        );
+        let mut admin = ServiceProcess::start("punctual-admin", &format!("admin{tag}"), "PUNCTUAL_ADMIN_ADDR", &env);
+        let mut scanner =
+            ServiceProcess::start("punctual-scanner", &format!("scanner{tag}"), "PUNCTUAL_SCANNER_ADDR", &env);
+        let mut executor =
+            ServiceProcess::start("punctual-executor", &format!("executor{tag}"), "PUNCTUAL_EXECUTOR_ADDR", &env);
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
-        Stack {
-            db,
-            topic,
-            admin,
-            scanner,
-            executor,
-            http: reqwest::Client::new(),
-        }
+        Stack { db, topic, admin, scanner, executor, http: reqwest::Client::new() }
     }
 
     /// `POST /v1/timers`; panics unless the answer is 201. Returns the stored timer.
     pub async fn create_timer(&self, body: &Value) -> Value {
-        let r = self
-            .http
-            .post(self.admin.url("/v1/timers"))
-            .json(body)
-            .send()
-            .await
-            .expect("admin reachable");
+        let r = self.http.post(self.admin.url("/v1/timers")).json(body).send().await.expect("admin reachable");
         let status = r.status();
         let v: Value = r.json().await.expect("JSON answer");
         assert_eq!(status.as_u16(), 201, "creating {body}: {v}");
@@ -79,12 +53,8 @@ impl Stack {
 
     /// `POST /v1/timers/{id}/{action}` (pause, resume); panics unless 200.
     pub async fn timer_action(&self, id: &str, action: &str) -> Value {
-        let r = self
-            .http
-            .post(self.admin.url(&format!("/v1/timers/{id}/{action}")))
-            .send()
-            .await
-            .expect("admin reachable");
+        let r =
+            self.http.post(self.admin.url(&format!("/v1/timers/{id}/{action}"))).send().await.expect("admin reachable");
         assert_eq!(r.status().as_u16(), 200);
         r.json().await.expect("JSON answer")
     }
@@ -103,23 +73,14 @@ impl Stack {
 
     /// The text of a service's `/metrics`.
     pub async fn metrics(&self, service: &ServiceProcess) -> String {
-        self.http
-            .get(service.url("/metrics"))
-            .send()
-            .await
-            .expect("reachable")
-            .text()
-            .await
-            .expect("text")
+        self.http.get(service.url("/metrics")).send().await.expect("reachable").text().await.expect("text")
     }
 }
 
 /// The value of an un-labelled (or fully spelled) sample in Prometheus text, if present.
 pub fn metric_value(text: &str, sample: &str) -> Option<f64> {
     text.lines().find_map(|l| {
-        l.strip_prefix(sample)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
+        l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
     })
 }
 

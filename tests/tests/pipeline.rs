@@ -10,9 +10,7 @@ use punctual_testkit::{eventually, Call, Sink, Stack};
 use serde_json::json;
 
 fn whole_seconds_from_now(s: i64) -> DateTime<Utc> {
-    (Utc::now() + chrono::Duration::seconds(s))
-        .duration_trunc(chrono::Duration::seconds(1))
-        .unwrap()
+    (Utc::now() + chrono::Duration::seconds(s)).duration_trunc(chrono::Duration::seconds(1)).unwrap()
 }
 
 fn ms(t: DateTime<Utc>) -> String {
@@ -23,9 +21,7 @@ fn ms(t: DateTime<Utc>) -> String {
 fn by_key(calls: &[Call]) -> HashMap<String, Vec<&Call>> {
     let mut m: HashMap<String, Vec<&Call>> = HashMap::new();
     for c in calls {
-        m.entry(c.idempotency_key.clone().unwrap_or_default())
-            .or_default()
-            .push(c);
+        m.entry(c.idempotency_key.clone().unwrap_or_default()).or_default().push(c);
     }
     m
 }
@@ -61,38 +57,21 @@ async fn api_and_sql_timers_fire_once_each_on_time() {
     .unwrap();
 
     let id = |v: &serde_json::Value| v["id"].as_str().unwrap().to_owned();
-    let delay_at: DateTime<Utc> =
-        serde_json::from_value(delay["next_fire_times"][0].clone()).unwrap();
+    let delay_at: DateTime<Utc> = serde_json::from_value(delay["next_fire_times"][0].clone()).unwrap();
     let expected: Vec<(String, String, DateTime<Utc>)> = [
-        (
-            "/once",
-            id(&once),
-            punctual_shared::schedule::to_millis(once_at),
-        ),
+        ("/once", id(&once), punctual_shared::schedule::to_millis(once_at)),
         ("/delay", id(&delay), delay_at),
-        (
-            "/sql",
-            sql_id.to_string(),
-            punctual_shared::schedule::to_millis(sql_at),
-        ),
+        ("/sql", sql_id.to_string(), punctual_shared::schedule::to_millis(sql_at)),
     ]
     .into_iter()
     .map(|(p, i, t)| (p.to_owned(), i, t))
-    .chain((0..5).map(|s| {
-        (
-            "/cron".to_owned(),
-            id(&cron),
-            start + chrono::Duration::seconds(s),
-        )
-    }))
+    .chain((0..5).map(|s| ("/cron".to_owned(), id(&cron), start + chrono::Duration::seconds(s))))
     .collect();
 
     let want = expected.len();
-    eventually(
-        Duration::from_secs(30),
-        "every expected callback",
-        || async { (sink.calls().len() >= want).then_some(()) },
-    )
+    eventually(Duration::from_secs(30), "every expected callback", || async {
+        (sink.calls().len() >= want).then_some(())
+    })
     .await;
     // Anything fired twice would arrive within moments of the first.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -103,41 +82,22 @@ async fn api_and_sql_timers_fire_once_each_on_time() {
     for (path, timer_id, at) in &expected {
         let key = format!("{timer_id}:{}", ms(*at));
         let got = keys.get(&key).map_or(0, Vec::len);
-        assert_eq!(
-            got,
-            1,
-            "{path} {key} received {got} times\n{}",
-            dump_logs(&stack)
-        );
+        assert_eq!(got, 1, "{path} {key} received {got} times\n{}", dump_logs(&stack));
         let call = keys[&key][0];
         assert_eq!(&call.path, path);
         let lag = call.received_at - *at;
         report.push(format!("{path} lag {} ms", lag.num_milliseconds()));
-        assert!(
-            lag >= chrono::Duration::zero(),
-            "{path} fired early by {lag}"
-        );
-        assert!(
-            lag <= chrono::Duration::seconds(1),
-            "{path} fired {lag} late"
-        );
+        assert!(lag >= chrono::Duration::zero(), "{path} fired early by {lag}");
+        assert!(lag <= chrono::Duration::seconds(1), "{path} fired {lag} late");
     }
-    assert_eq!(
-        calls.len(),
-        want,
-        "no call beyond the expected ones: {:?}",
-        keys.keys().collect::<Vec<_>>()
-    );
+    assert_eq!(calls.len(), want, "no call beyond the expected ones: {:?}", keys.keys().collect::<Vec<_>>());
     println!("{}", report.join("\n"));
 
     let once_call = &sink.calls_to("/once")[0];
     assert_eq!(once_call.method, "POST");
     assert_eq!(once_call.headers["x-env"], "prod");
     assert_eq!(once_call.headers["content-type"], "application/json");
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&once_call.body).unwrap(),
-        json!({"k": 1})
-    );
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&once_call.body).unwrap(), json!({"k": 1}));
     assert_eq!(sink.calls_to("/delay")[0].method, "PUT");
     assert_eq!(&sink.calls_to("/sql")[0].body[..], b"plain text");
 
@@ -154,26 +114,16 @@ async fn api_and_sql_timers_fire_once_each_on_time() {
     }
     let runs = stack.runs(&id(&cron)).await;
     assert_eq!(runs.len(), 5);
-    assert!(runs
-        .iter()
-        .all(|r| r["status"] == "succeeded" && r["http_status"] == 200));
+    assert!(runs.iter().all(|r| r["status"] == "succeeded" && r["http_status"] == 200));
 
     let executor_metrics = stack.metrics(&stack.executor).await;
     assert_eq!(
-        metric_value(
-            &executor_metrics,
-            "punctual_tasks_executed_total{outcome=\"succeeded\"}"
-        ),
+        metric_value(&executor_metrics, "punctual_tasks_executed_total{outcome=\"succeeded\"}"),
         Some(want as f64)
     );
-    assert!(
-        metric_value(&executor_metrics, "punctual_fire_lag_seconds_count").unwrap() >= want as f64
-    );
+    assert!(metric_value(&executor_metrics, "punctual_fire_lag_seconds_count").unwrap() >= want as f64);
     let scanner_metrics = stack.metrics(&stack.scanner).await;
-    assert_eq!(
-        metric_value(&scanner_metrics, "punctual_tasks_published_total"),
-        Some(want as f64)
-    );
+    assert_eq!(metric_value(&scanner_metrics, "punctual_tasks_published_total"), Some(want as f64));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,10 +134,7 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
         .create_timer(&json!({"name": "ticker", "schedule": {"cron": "* * * * * *"}, "action": {"http": {"url": sink.url("/tick")}}}))
         .await;
     let id = timer["id"].as_str().unwrap().to_owned();
-    eventually(Duration::from_secs(15), "two ticks", || async {
-        (sink.calls().len() >= 2).then_some(())
-    })
-    .await;
+    eventually(Duration::from_secs(15), "two ticks", || async { (sink.calls().len() >= 2).then_some(()) }).await;
 
     stack.timer_action(&id, "pause").await;
     let paused_at = Utc::now();
@@ -195,27 +142,15 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
     let during_pause = sink.calls().len();
     let resumed_at = Utc::now();
     stack.timer_action(&id, "resume").await;
-    eventually(
-        Duration::from_secs(15),
-        "three ticks after resume",
-        || async {
-            let after = sink
-                .calls()
-                .iter()
-                .filter(|c| c.scheduled_at().unwrap() >= resumed_at)
-                .count();
-            (after >= 3).then_some(())
-        },
-    )
+    eventually(Duration::from_secs(15), "three ticks after resume", || async {
+        let after = sink.calls().iter().filter(|c| c.scheduled_at().unwrap() >= resumed_at).count();
+        (after >= 3).then_some(())
+    })
     .await;
 
     let calls = sink.calls();
     let keys = by_key(&calls);
-    assert!(
-        keys.values().all(|v| v.len() == 1),
-        "no occurrence twice\n{}",
-        dump_logs(&stack)
-    );
+    assert!(keys.values().all(|v| v.len() == 1), "no occurrence twice\n{}", dump_logs(&stack));
     // Occurrences while paused are not fired, then or later; allow for the one in flight
     // when the pause landed.
     let fired_while_paused: Vec<_> = calls
@@ -223,10 +158,7 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
         .filter_map(Call::scheduled_at)
         .filter(|t| *t > paused_at + chrono::Duration::milliseconds(100) && *t < resumed_at)
         .collect();
-    assert!(
-        fired_while_paused.is_empty(),
-        "fired while paused: {fired_while_paused:?}"
-    );
+    assert!(fired_while_paused.is_empty(), "fired while paused: {fired_while_paused:?}");
     assert!(during_pause <= calls.len());
     // What the pause skipped is on record as cancelled, not left pending.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -240,8 +172,5 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
         })
         .collect::<Vec<_>>();
     assert!(skipped.len() >= 3, "{skipped:?}");
-    assert!(
-        skipped.iter().all(|r| r["status"] == "cancelled"),
-        "{skipped:?}"
-    );
+    assert!(skipped.iter().all(|r| r["status"] == "cancelled"), "{skipped:?}");
 }

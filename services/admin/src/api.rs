@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
+use punctual_shared::task;
 use punctual_shared::timer::{NewTimer, ScheduleColumns, TimerRow, TimerSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -30,14 +31,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/timers/{id}/pause", post(pause_timer))
         .route("/v1/timers/{id}/resume", post(resume_timer))
         .route("/v1/timers/{id}/runs", get(list_runs))
+        .route("/v1/tasks", get(list_tasks))
+        .route("/v1/tasks/replay", post(replay_tasks))
+        .route("/v1/tasks/{id}/replay", post(replay_task))
         .with_state(state)
 }
 
 /// Parses a JSON body, naming the field at fault when its shape is wrong.
-fn parse_json<T: serde::de::DeserializeOwned>(
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<T, ApiError> {
+fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -59,18 +60,13 @@ fn parse_json<T: serde::de::DeserializeOwned>(
         };
         ApiError::BadRequest { field, detail }
     })?;
-    de.end().map_err(|e| ApiError::BadRequest {
-        field: None,
-        detail: e.to_string(),
-    })?;
+    de.end().map_err(|e| ApiError::BadRequest { field: None, detail: e.to_string() })?;
     Ok(value)
 }
 
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(id).map_err(|_| ApiError::BadRequest {
-        field: Some("id".into()),
-        detail: format!("id: not a timer id: {id:?}"),
-    })
+    Uuid::parse_str(id)
+        .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a timer id: {id:?}") })
 }
 
 fn not_found(id: Uuid) -> ApiError {
@@ -88,11 +84,7 @@ async fn create_timer(
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
     let location = format!("/v1/timers/{}", row.id);
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(row.to_view(Utc::now())),
-    ))
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(row.to_view(Utc::now()))))
 }
 
 /// Inserts the timer for the planner to pick up (`plan_status = 'new'`, which also
@@ -103,8 +95,9 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
     let result = sqlx::query_as::<_, TimerRow>(
         "INSERT INTO timers (namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
                              start_at, end_at, http_method, http_url, http_headers, http_body, http_timeout_ms,
-                             created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)
+                             created_at, updated_at,
+                             retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16, $17, $18, $19, $20)
          RETURNING *",
     )
     .bind(&t.namespace)
@@ -123,32 +116,29 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
     .bind(&t.http.body)
     .bind(t.http.timeout_ms)
     .bind(created_at)
+    .bind(t.retry.max_attempts)
+    .bind(t.retry.initial_ms)
+    .bind(t.retry.multiplier)
+    .bind(t.retry.max_ms)
     .fetch_one(pool)
     .await;
     match result {
         Ok(row) => Ok(row),
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(ApiError::Conflict {
             field: Some("name".into()),
-            detail: format!(
-                "a timer named {:?} already exists in namespace {:?}",
-                t.name, t.namespace
-            ),
+            detail: format!("a timer named {:?} already exists in namespace {:?}", t.name, t.namespace),
         }),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn get_timer(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let row =
-        sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
-            .bind(id)
-            .fetch_optional(&state.pool)
-            .await?
-            .ok_or_else(|| not_found(id))?;
+    let row = sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?
+        .ok_or_else(|| not_found(id))?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
@@ -164,10 +154,7 @@ async fn list_timers(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        field: None,
-        detail: e.body_text(),
-    })?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest {
@@ -186,9 +173,7 @@ async fn list_timers(
     .fetch_all(&state.pool)
     .await?;
     let now = Utc::now();
-    let next = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|r| r.id))
-        .flatten();
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
     Ok(Json(json!({
         "timers": rows.iter().map(|r| r.to_view(now)).collect::<Vec<_>>(),
         "next_after": next,
@@ -198,38 +183,27 @@ async fn list_timers(
 /// Sets the state of a live timer; the schema's trigger does the rest (a resumed timer
 /// goes back to the planner, which continues from now).
 async fn set_state(pool: &PgPool, id: Uuid, new_state: &str) -> Result<TimerRow, ApiError> {
-    sqlx::query_as::<_, TimerRow>(
-        "UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *",
-    )
-    .bind(id)
-    .bind(new_state)
-    .fetch_optional(pool)
-    .await?
-    .ok_or_else(|| not_found(id))
+    sqlx::query_as::<_, TimerRow>("UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *")
+        .bind(id)
+        .bind(new_state)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| not_found(id))
 }
 
-async fn pause_timer(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn pause_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "paused").await?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
-async fn resume_timer(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn resume_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "active").await?;
     Ok(Json(row.to_view(Utc::now())))
 }
 
 /// Deleting keeps the row (and its history) with `state = 'deleted'`; occurrences not yet
 /// started are cancelled by the executor, a run in flight completes.
-async fn delete_timer(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+async fn delete_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     set_state(&state.pool, parse_id(&id)?, "deleted").await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -240,9 +214,21 @@ struct RunsQuery {
     status: Option<String>,
 }
 
+/// A task as the API shows it, with its failed attempts (oldest first).
+const RUN_COLUMNS: &str =
+    "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at, t.published_at,
+    t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms,
+    COALESCE((SELECT json_agg(json_build_object(
+                'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
+                'http_status', a.http_status, 'error', a.error, 'duration_ms', a.duration_ms) ORDER BY a.attempt)
+                FROM task_attempts a WHERE a.task_id = t.id), '[]'::json) AS failed_attempts";
+
 #[derive(Debug, sqlx::FromRow, serde::Serialize)]
 struct RunRow {
     id: i64,
+    timer_id: Uuid,
+    due_at: DateTime<Utc>,
+    failed_attempts: Value,
     scheduled_at: DateTime<Utc>,
     status: String,
     attempt: i32,
@@ -262,10 +248,7 @@ async fn list_runs(
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        field: None,
-        detail: e.body_text(),
-    })?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest {
@@ -273,24 +256,92 @@ async fn list_runs(
             detail: "limit: must be between 1 and 1000".into(),
         });
     }
-    let exists: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
-            .bind(id)
-            .fetch_optional(&state.pool)
-            .await?;
+    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
     if exists.is_none() {
         return Err(not_found(id));
     }
-    let runs = sqlx::query_as::<_, RunRow>(
-        "SELECT id, scheduled_at, status, attempt, claimed_at, published_at, started_at, finished_at,
-                http_status, response_excerpt, error, duration_ms
-           FROM tasks WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2)
-          ORDER BY scheduled_at DESC LIMIT $3",
-    )
+    let runs = sqlx::query_as::<_, RunRow>(&format!(
+        "SELECT {RUN_COLUMNS} FROM tasks t
+          WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2)
+          ORDER BY scheduled_at DESC LIMIT $3"
+    ))
     .bind(id)
     .bind(&q.status)
     .bind(limit)
     .fetch_all(&state.pool)
     .await?;
     Ok(Json(json!({ "runs": runs })))
+}
+
+#[derive(Debug, Deserialize)]
+struct TasksQuery {
+    status: String,
+    namespace: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /v1/tasks?status=dead[&namespace=…]`: tasks in one status across timers, newest
+/// first (for operators: what is dead, what is stuck).
+async fn list_tasks(
+    State(state): State<AppState>,
+    query: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: Some("status".into()), detail: e.body_text() })?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest {
+            field: Some("limit".into()),
+            detail: "limit: must be between 1 and 1000".into(),
+        });
+    }
+    let runs = sqlx::query_as::<_, RunRow>(&format!(
+        "SELECT {RUN_COLUMNS} FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.status = $1 AND ($2::text IS NULL OR tm.namespace = $2)
+          ORDER BY t.due_at DESC LIMIT $3"
+    ))
+    .bind(&q.status)
+    .bind(&q.namespace)
+    .bind(limit)
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(json!({ "tasks": runs })))
+}
+
+/// `POST /v1/tasks/{id}/replay`: a dead task runs again, now, as a further attempt.
+async fn replay_task(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a task id: {id:?}") })?;
+    let replayed = task::replay(&state.pool, &[id]).await?;
+    if replayed.is_empty() {
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM tasks WHERE id = $1").bind(id).fetch_optional(&state.pool).await?;
+        return Err(match status {
+            None => ApiError::NotFound(format!("no task with id {id}")),
+            Some(s) => ApiError::Conflict {
+                field: None,
+                detail: format!("task {id} is {s}, not dead: only dead tasks are replayed"),
+            },
+        });
+    }
+    Ok(Json(json!({ "replayed": replayed })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    ids: Vec<i64>,
+}
+
+/// `POST /v1/tasks/replay {"ids": [...]}`: replays the dead ones among `ids`.
+async fn replay_tasks(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let request: ReplayRequest = parse_json(&headers, &body)?;
+    if request.ids.is_empty() || request.ids.len() > 10_000 {
+        return Err(ApiError::BadRequest { field: Some("ids".into()), detail: "ids: give 1 to 10000 task ids".into() });
+    }
+    let replayed = task::replay(&state.pool, &request.ids).await?;
+    Ok(Json(json!({ "replayed": replayed })))
 }

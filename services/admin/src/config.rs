@@ -5,10 +5,7 @@ use std::net::SocketAddr;
 use punctual_shared::config::DatabaseConfig;
 
 #[derive(Debug, Clone, clap::Parser)]
-#[command(
-    name = "punctual-admin",
-    about = "Punctual's REST API: timers, pause/resume, run history"
-)]
+#[command(name = "punctual-admin", about = "Punctual's REST API: timers, pause/resume, run history")]
 pub struct AdminConfig {
     #[command(flatten)]
     pub database: DatabaseConfig,

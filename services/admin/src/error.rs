@@ -10,20 +10,14 @@ use serde_json::json;
 pub enum ApiError {
     /// The body is not JSON, or not of the expected shape.
     #[error("{detail}")]
-    BadRequest {
-        field: Option<String>,
-        detail: String,
-    },
+    BadRequest { field: Option<String>, detail: String },
     /// Well-formed, but a field's value is not acceptable.
     #[error(transparent)]
     Invalid(#[from] FieldError),
     #[error("{0}")]
     NotFound(String),
     #[error("{detail}")]
-    Conflict {
-        field: Option<String>,
-        detail: String,
-    },
+    Conflict { field: Option<String>, detail: String },
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }
@@ -31,27 +25,14 @@ pub enum ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, title, field, detail) = match &self {
-            ApiError::BadRequest { field, detail } => (
-                StatusCode::BAD_REQUEST,
-                "Malformed request",
-                field.clone(),
-                detail.clone(),
-            ),
-            ApiError::Invalid(e) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid field",
-                Some(e.field.clone()),
-                e.to_string(),
-            ),
-            ApiError::NotFound(detail) => {
-                (StatusCode::NOT_FOUND, "Not found", None, detail.clone())
+            ApiError::BadRequest { field, detail } => {
+                (StatusCode::BAD_REQUEST, "Malformed request", field.clone(), detail.clone())
             }
-            ApiError::Conflict { field, detail } => (
-                StatusCode::CONFLICT,
-                "Conflict",
-                field.clone(),
-                detail.clone(),
-            ),
+            ApiError::Invalid(e) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "Invalid field", Some(e.field.clone()), e.to_string())
+            }
+            ApiError::NotFound(detail) => (StatusCode::NOT_FOUND, "Not found", None, detail.clone()),
+            ApiError::Conflict { field, detail } => (StatusCode::CONFLICT, "Conflict", field.clone(), detail.clone()),
             ApiError::Database(e) => {
                 tracing::error!(error = %e, "database error");
                 (
@@ -66,11 +47,6 @@ impl IntoResponse for ApiError {
         if let Some(field) = field {
             body["field"] = json!(field);
         }
-        (
-            status,
-            [(header::CONTENT_TYPE, "application/problem+json")],
-            body.to_string(),
-        )
-            .into_response()
+        (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
     }
 }

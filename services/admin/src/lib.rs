@@ -25,20 +25,10 @@ impl App {
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
         let metrics = metrics::Metrics::new();
-        let router = api::router(api::AppState {
-            pool,
-            metrics: metrics.clone(),
-        })
-        .merge(ops::router(metrics.registry));
-        let (listener, addr) = ops::bind(config.addr)
-            .await
-            .with_context(|| format!("binding {}", config.addr))?;
+        let router = api::router(api::AppState { pool, metrics: metrics.clone() }).merge(ops::router(metrics.registry));
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%addr, "admin API ready");
-        Ok(Self {
-            router,
-            listener,
-            addr,
-        })
+        Ok(Self { router, listener, addr })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -46,8 +36,6 @@ impl App {
     }
 
     pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
-        ops::serve(self.listener, self.router, token)
-            .await
-            .context("serving the API")
+        ops::serve(self.listener, self.router, token).await.context("serving the API")
     }
 }

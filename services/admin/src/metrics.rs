@@ -11,18 +11,10 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let timers_created = IntCounter::new(
-            "punctual_timers_created_total",
-            "Timers created through the API",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(timers_created.clone()))
-            .expect("unique metric");
-        Self {
-            registry,
-            timers_created,
-        }
+        let timers_created =
+            IntCounter::new("punctual_timers_created_total", "Timers created through the API").expect("valid metric");
+        registry.register(Box::new(timers_created.clone())).expect("unique metric");
+        Self { registry, timers_created }
     }
 }
 

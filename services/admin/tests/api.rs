@@ -15,39 +15,20 @@ struct Api {
 
 async fn spawn_api() -> Api {
     let db = TestDb::create().await;
-    let config = AdminConfig {
-        database: db.config(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-    };
+    let config = AdminConfig { database: db.config(), addr: "127.0.0.1:0".parse().unwrap() };
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
     let token = CancellationToken::new();
     tokio::spawn(app.run_until_stopped(token.clone()));
-    Api {
-        base,
-        client: reqwest::Client::new(),
-        db,
-        _stop: token.drop_guard(),
-    }
+    Api { base, client: reqwest::Client::new(), db, _stop: token.drop_guard() }
 }
 
 impl Api {
     async fn post(&self, path: &str, body: &Value) -> (u16, Option<String>, Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+        let r = self.client.post(format!("{}{path}", self.base)).json(body).send().await.unwrap();
         Self::read(r).await
     }
-    async fn post_raw(
-        &self,
-        path: &str,
-        body: &str,
-        content_type: &str,
-    ) -> (u16, Option<String>, Value) {
+    async fn post_raw(&self, path: &str, body: &str, content_type: &str) -> (u16, Option<String>, Value) {
         let r = self
             .client
             .post(format!("{}{path}", self.base))
@@ -59,43 +40,19 @@ impl Api {
         Self::read(r).await
     }
     async fn get(&self, path: &str) -> (u16, Option<String>, Value) {
-        Self::read(
-            self.client
-                .get(format!("{}{path}", self.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        Self::read(self.client.get(format!("{}{path}", self.base)).send().await.unwrap()).await
     }
     async fn delete(&self, path: &str) -> u16 {
-        self.client
-            .delete(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
+        self.client.delete(format!("{}{path}", self.base)).send().await.unwrap().status().as_u16()
     }
     async fn read(r: reqwest::Response) -> (u16, Option<String>, Value) {
         let status = r.status().as_u16();
-        let ct = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let text = r.text().await.unwrap();
-        (
-            status,
-            ct,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, ct, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
     async fn timer_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM timers")
-            .fetch_one(&self.db.pool)
-            .await
-            .unwrap()
+        sqlx::query_scalar("SELECT count(*) FROM timers").fetch_one(&self.db.pool).await.unwrap()
     }
 }
 
@@ -111,10 +68,7 @@ async fn create_get_list_pause_resume_delete() {
     let (status, _, timer) = api.post("/v1/timers", &example()).await;
     assert_eq!(status, 201, "{timer}");
     let id = timer["id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        timer["schedule"],
-        json!({"cron":"0 0 2 * * *","timezone":"Europe/Berlin"})
-    );
+    assert_eq!(timer["schedule"], json!({"cron":"0 0 2 * * *","timezone":"Europe/Berlin"}));
     assert_eq!(timer["action"]["http"]["headers"], json!({"X-Env":"prod"}));
     assert_eq!(timer["state"], "active");
     let fires = timer["next_fire_times"].as_array().unwrap();
@@ -135,19 +89,12 @@ async fn create_get_list_pause_resume_delete() {
     let (_, _, other) = api.get("/v1/timers?namespace=other").await;
     assert!(other["timers"].as_array().unwrap().is_empty());
 
-    let (status, _, paused) = api
-        .post(&format!("/v1/timers/{id}/pause"), &json!({}))
-        .await;
+    let (status, _, paused) = api.post(&format!("/v1/timers/{id}/pause"), &json!({})).await;
     assert_eq!((status, &paused["state"]), (200, &json!("paused")));
     assert!(paused["next_fire_times"].as_array().unwrap().is_empty());
-    let (status, _, resumed) = api
-        .post(&format!("/v1/timers/{id}/resume"), &json!({}))
-        .await;
+    let (status, _, resumed) = api.post(&format!("/v1/timers/{id}/resume"), &json!({})).await;
     assert_eq!((status, &resumed["state"]), (200, &json!("active")));
-    assert_eq!(
-        resumed["plan_status"], "new",
-        "a resumed timer goes back to the planner"
-    );
+    assert_eq!(resumed["plan_status"], "new", "a resumed timer goes back to the planner");
 
     let (status, _, runs) = api.get(&format!("/v1/timers/{id}/runs")).await;
     assert_eq!((status, runs["runs"].as_array().unwrap().len()), (200, 0));
@@ -174,10 +121,7 @@ async fn each_schedule_kind_is_accepted() {
         assert_eq!(status, 201, "{name}: {timer}");
         assert_eq!(timer["namespace"], "default");
         assert_eq!(timer["action"]["http"]["method"], "POST");
-        assert!(
-            !timer["next_fire_times"].as_array().unwrap().is_empty(),
-            "{name}"
-        );
+        assert!(!timer["next_fire_times"].as_array().unwrap().is_empty(), "{name}");
     }
 }
 
@@ -190,56 +134,18 @@ async fn bad_input_is_a_problem_naming_the_field_and_writes_nothing() {
         v
     };
     let cases: Vec<(Value, u16, &str)> = vec![
-        (
-            with("/schedule", json!({"cron": "99 * * * * *"})),
-            422,
-            "schedule.cron",
-        ),
-        (
-            with(
-                "/schedule",
-                json!({"cron": "* * * * * *", "timezone": "Atlantis/Capital"}),
-            ),
-            422,
-            "schedule.timezone",
-        ),
+        (with("/schedule", json!({"cron": "99 * * * * *"})), 422, "schedule.cron"),
+        (with("/schedule", json!({"cron": "* * * * * *", "timezone": "Atlantis/Capital"})), 422, "schedule.timezone"),
         (with("/schedule", json!({})), 422, "schedule"),
-        (
-            with("/schedule", json!({"every_ms": 10})),
-            422,
-            "schedule.every_ms",
-        ),
-        (
-            with("/schedule", json!({"at": "tomorrow"})),
-            400,
-            "schedule.at",
-        ),
-        (
-            with("/action/http/url", json!("file:///etc/passwd")),
-            422,
-            "action.http.url",
-        ),
-        (
-            with("/action/http/timeout_ms", json!(-1)),
-            422,
-            "action.http.timeout_ms",
-        ),
-        (
-            with("/action/http/timeout_ms", json!("soon")),
-            400,
-            "action.http.timeout_ms",
-        ),
+        (with("/schedule", json!({"every_ms": 10})), 422, "schedule.every_ms"),
+        (with("/schedule", json!({"at": "tomorrow"})), 400, "schedule.at"),
+        (with("/action/http/url", json!("file:///etc/passwd")), 422, "action.http.url"),
+        (with("/action/http/timeout_ms", json!(-1)), 422, "action.http.timeout_ms"),
+        (with("/action/http/timeout_ms", json!("soon")), 400, "action.http.timeout_ms"),
         (with("/action", json!({})), 422, "action"),
         (with("/namespace", json!("UPPER")), 422, "namespace"),
         (with("/name", json!(42)), 400, "name"),
-        (
-            with(
-                "/action/http/headers",
-                json!({"X-Ok": "a\r\nInjected: yes"}),
-            ),
-            422,
-            "action.http.headers.X-Ok",
-        ),
+        (with("/action/http/headers", json!({"X-Ok": "a\r\nInjected: yes"})), 422, "action.http.headers.X-Ok"),
         (
             json!({"name": "x", "schedule": {"delay_ms": 1}, "action": {"http": {"url": "http://a/"}}, "colour": "red"}),
             400,
@@ -252,32 +158,17 @@ async fn bad_input_is_a_problem_naming_the_field_and_writes_nothing() {
         assert_eq!(content_type.as_deref(), Some("application/problem+json"));
         assert_eq!(problem["status"], want_status);
         assert_eq!(problem["field"], want_field, "{problem}");
-        assert!(
-            problem["detail"].as_str().unwrap().contains(want_field),
-            "{problem}"
-        );
+        assert!(problem["detail"].as_str().unwrap().contains(want_field), "{problem}");
     }
-    let (status, content_type, problem) = api
-        .post_raw("/v1/timers", "{not json", "application/json")
-        .await;
-    assert_eq!(
-        (status, content_type.as_deref()),
-        (400, Some("application/problem+json")),
-        "{problem}"
-    );
-    let (status, _, _) = api
-        .post_raw("/v1/timers", &example().to_string(), "text/plain")
-        .await;
+    let (status, content_type, problem) = api.post_raw("/v1/timers", "{not json", "application/json").await;
+    assert_eq!((status, content_type.as_deref()), (400, Some("application/problem+json")), "{problem}");
+    let (status, _, _) = api.post_raw("/v1/timers", &example().to_string(), "text/plain").await;
     assert_eq!(status, 400);
     assert_eq!(api.timer_count().await, 0, "nothing half-written");
 
     assert_eq!(api.post("/v1/timers", &example()).await.0, 201);
     let (status, _, problem) = api.post("/v1/timers", &example()).await;
-    assert_eq!(
-        (status, &problem["field"]),
-        (409, &json!("name")),
-        "{problem}"
-    );
+    assert_eq!((status, &problem["field"]), (409, &json!("name")), "{problem}");
     assert_eq!(api.timer_count().await, 1);
 }
 
@@ -285,23 +176,11 @@ async fn bad_input_is_a_problem_naming_the_field_and_writes_nothing() {
 async fn unknown_and_malformed_ids() {
     let api = spawn_api().await;
     let missing = uuid::Uuid::new_v4();
-    for path in [
-        format!("/v1/timers/{missing}"),
-        format!("/v1/timers/{missing}/runs"),
-    ] {
+    for path in [format!("/v1/timers/{missing}"), format!("/v1/timers/{missing}/runs")] {
         let (status, ct, problem) = api.get(&path).await;
-        assert_eq!(
-            (status, ct.as_deref()),
-            (404, Some("application/problem+json")),
-            "{problem}"
-        );
+        assert_eq!((status, ct.as_deref()), (404, Some("application/problem+json")), "{problem}");
     }
-    assert_eq!(
-        api.post(&format!("/v1/timers/{missing}/pause"), &json!({}))
-            .await
-            .0,
-        404
-    );
+    assert_eq!(api.post(&format!("/v1/timers/{missing}/pause"), &json!({})).await.0, 404);
     let (status, _, problem) = api.get("/v1/timers/not-a-uuid").await;
     assert_eq!((status, &problem["field"]), (400, &json!("id")));
     let (status, _, problem) = api.get("/v1/timers?limit=0").await;
@@ -310,8 +189,5 @@ async fn unknown_and_malformed_ids() {
     assert_eq!(status, 200, "{body}");
     let (status, _, metrics) = api.get("/metrics").await;
     assert_eq!(status, 200);
-    assert!(metrics
-        .as_str()
-        .unwrap()
-        .contains("punctual_timers_created_total"));
+    assert!(metrics.as_str().unwrap().contains("punctual_timers_created_total"));
 }

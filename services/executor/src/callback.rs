@@ -1,13 +1,16 @@
-//! The HTTP callback action.
+//! The HTTP callback action, and what its answer means for the task.
 
 use std::time::{Duration, Instant};
 
-use punctual_shared::task::{Outcome, StartedTask, TaskStatus};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use chrono::Utc;
+use punctual_shared::task::{Next, Outcome, StartedTask};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
+/// The longest `Retry-After` honoured; a longer one is cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// One client for every callback: connections are pooled and kept alive per host.
 pub fn client() -> reqwest::Result<reqwest::Client> {
@@ -19,56 +22,94 @@ pub fn client() -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
-/// Runs the task's callback and says how it ended. Never fails: every error is an outcome.
-pub async fn call(client: &reqwest::Client, task: &StartedTask) -> Outcome {
-    let started = Instant::now();
-    let (http_status, response_excerpt, error) = match request(client, task).await {
-        Ok((status, excerpt)) => {
-            let error =
-                (!(200..300).contains(&status)).then(|| format!("target answered HTTP {status}"));
-            (Some(status as i16), Some(excerpt), error)
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub http_status: Option<u16>,
+    pub excerpt: Option<String>,
+    /// None on success.
+    pub error: Option<String>,
+    /// Worth another attempt: connection errors, timeouts, 5xx, 408 and 429.
+    pub retryable: bool,
+    /// The target's own `Retry-After`, in seconds or as an HTTP date.
+    pub retry_after: Option<Duration>,
+    pub duration: Duration,
+}
+
+impl Attempt {
+    fn from_status(status: u16, excerpt: String, retry_after: Option<Duration>, duration: Duration) -> Self {
+        let ok = (200..300).contains(&status);
+        Attempt {
+            http_status: Some(status),
+            excerpt: Some(excerpt),
+            error: (!ok).then(|| format!("target answered HTTP {status}")),
+            retryable: status >= 500 || status == 408 || status == 429,
+            retry_after,
+            duration,
         }
-        Err(e) => (None, None, Some(e)),
-    };
-    Outcome {
-        task_id: task.id,
-        status: if error.is_none() {
-            TaskStatus::Succeeded
+    }
+
+    /// Decides what becomes of the task: success; another attempt after the policy's
+    /// backoff (or the target's Retry-After, when longer); or dead.
+    pub fn into_outcome(self, task: &StartedTask, jitter: f64) -> Outcome {
+        let policy = task.retry_policy();
+        let next = if self.error.is_none() {
+            Next::Succeeded
+        } else if self.retryable && policy.has_attempt_after(task.attempt) {
+            let wait = policy.backoff(task.attempt, jitter).max(self.retry_after.unwrap_or_default());
+            Next::Retry { due_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero()) }
         } else {
-            TaskStatus::Failed
-        },
-        http_status,
-        response_excerpt,
-        error,
-        duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+            Next::Dead
+        };
+        Outcome {
+            task_id: task.id,
+            next,
+            http_status: self.http_status.map(|s| s as i16),
+            response_excerpt: self.excerpt,
+            error: self.error,
+            duration_ms: self.duration.as_millis().min(i32::MAX as u128) as i32,
+        }
     }
 }
 
-async fn request(client: &reqwest::Client, task: &StartedTask) -> Result<(u16, String), String> {
-    let url = task.http_url.as_deref().ok_or("timer has no http_url")?;
-    let method =
-        reqwest::Method::from_bytes(task.http_method.as_bytes()).map_err(|e| e.to_string())?;
+/// Runs the task's callback. Never fails: every error is an attempt that failed.
+pub async fn call(client: &reqwest::Client, task: &StartedTask) -> Attempt {
+    let started = Instant::now();
+    match request(client, task).await {
+        Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, started.elapsed()),
+        Err((error, retryable)) => Attempt {
+            http_status: None,
+            excerpt: None,
+            error: Some(error),
+            retryable,
+            retry_after: None,
+            duration: started.elapsed(),
+        },
+    }
+}
+
+/// Ok: status, body excerpt, Retry-After. Err: what went wrong, and whether it may pass.
+async fn request(
+    client: &reqwest::Client,
+    task: &StartedTask,
+) -> Result<(u16, String, Option<Duration>), (String, bool)> {
+    let url = task.http_url.as_deref().ok_or(("timer has no http_url".to_owned(), false))?;
+    let method = reqwest::Method::from_bytes(task.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
     let mut headers = HeaderMap::new();
     if let Value::Object(map) = &task.http_headers {
         for (name, value) in map {
-            let (Ok(name), Some(Ok(value))) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                value.as_str().map(HeaderValue::from_str),
-            ) else {
-                return Err(format!("invalid header {name:?}"));
+            let (Ok(name), Some(Ok(value))) =
+                (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str))
+            else {
+                return Err((format!("invalid header {name:?}"), false));
             };
             headers.insert(name, value);
         }
     }
     let identity = task.identity();
-    headers.insert(
-        "idempotency-key",
-        HeaderValue::from_str(&identity).map_err(|e| e.to_string())?,
-    );
+    headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
-    let mut request = client
-        .request(method, url)
-        .timeout(Duration::from_millis(task.http_timeout_ms.max(1) as u64));
+    let mut request = client.request(method, url).timeout(Duration::from_millis(task.http_timeout_ms.max(1) as u64));
     match &task.http_body {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => request = request.body(text.clone()),
@@ -79,23 +120,33 @@ async fn request(client: &reqwest::Client, task: &StartedTask) -> Result<(u16, S
             request = request.body(json.to_string());
         }
     }
-    let mut response = request.headers(headers).send().await.map_err(describe)?;
+    let mut response = request.headers(headers).send().await.map_err(|e| (describe(&e), true))?;
     let status = response.status().as_u16();
+    let retry_after = response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
     let mut excerpt = Vec::new();
     while excerpt.len() < EXCERPT_BYTES {
         match response.chunk().await {
-            Ok(Some(chunk)) => {
-                excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
-            }
+            Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())]),
             Ok(None) => break,
             // The status is what counts; a body cut short is kept as far as it came.
             Err(_) => break,
         }
     }
-    Ok((status, String::from_utf8_lossy(&excerpt).into_owned()))
+    Ok((status, String::from_utf8_lossy(&excerpt).into_owned(), retry_after))
 }
 
-fn describe(e: reqwest::Error) -> String {
+/// `Retry-After: <seconds>` or `Retry-After: <HTTP date>`.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let wait = if let Ok(seconds) = value.trim().parse::<u64>() {
+        Duration::from_secs(seconds)
+    } else {
+        let at = chrono::DateTime::parse_from_rfc2822(value.trim()).ok()?;
+        (at.with_timezone(&Utc) - Utc::now()).to_std().unwrap_or_default()
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+fn describe(e: &reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timed out"
     } else if e.is_connect() {
@@ -105,10 +156,37 @@ fn describe(e: reqwest::Error) -> String {
     };
     // reqwest's Display omits the cause chain; the cause says what went wrong.
     let mut text = format!("{kind}: {e}");
-    let mut source = std::error::Error::source(&e);
+    let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         text.push_str(&format!(": {s}"));
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_answers_are_retried() {
+        let d = Duration::ZERO;
+        for (status, retryable) in
+            [(500, true), (503, true), (429, true), (408, true), (404, false), (400, false), (422, false)]
+        {
+            assert_eq!(Attempt::from_status(status, String::new(), None, d).retryable, retryable, "{status}");
+        }
+        let ok = Attempt::from_status(204, String::new(), None, d);
+        assert_eq!(ok.error, None);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("99999999"), Some(MAX_RETRY_AFTER));
+        let in_a_minute = (Utc::now() + chrono::Duration::seconds(60)).to_rfc2822();
+        let wait = parse_retry_after(&in_a_minute).unwrap();
+        assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
+        assert_eq!(parse_retry_after("soon"), None);
+    }
 }

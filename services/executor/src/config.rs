@@ -5,10 +5,7 @@ use std::net::SocketAddr;
 use punctual_shared::config::{DatabaseConfig, KafkaConfig};
 
 #[derive(Debug, Clone, clap::Parser)]
-#[command(
-    name = "punctual-executor",
-    about = "Consumes due tasks and runs their actions, idempotently"
-)]
+#[command(name = "punctual-executor", about = "Consumes due tasks and runs their actions, idempotently")]
 pub struct ExecutorConfig {
     #[command(flatten)]
     pub database: DatabaseConfig,
@@ -18,12 +15,14 @@ pub struct ExecutorConfig {
     #[arg(long, env = "PUNCTUAL_EXECUTOR_ADDR", default_value = "127.0.0.1:8082")]
     pub addr: SocketAddr,
     /// Kafka consumer group of the executors.
-    #[arg(
-        long,
-        env = "PUNCTUAL_EXECUTOR_GROUP",
-        default_value = "punctual-executors"
-    )]
+    #[arg(long, env = "PUNCTUAL_EXECUTOR_GROUP", default_value = "punctual-executors")]
     pub group: String,
+    /// Topic that receives tasks that failed their last attempt.
+    #[arg(long, env = "PUNCTUAL_DEAD_TOPIC", default_value = "punctual.dead")]
+    pub dead_topic: String,
+    /// Name this executor runs tasks under (default: executor-<random>); must differ between executors.
+    #[arg(long, env = "PUNCTUAL_EXECUTOR_ID")]
+    pub executor_id: Option<String>,
     /// Most tasks running at once in this executor (a slow callback holds one slot, not a partition).
     #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 2_000)]
     pub max_in_flight: usize,

@@ -19,9 +19,10 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
-use punctual_shared::task::{self, Outcome, TaskMessage};
+use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -38,6 +39,8 @@ const START_BATCH: usize = 1_000;
 
 pub struct App {
     config: ExecutorConfig,
+    owner: String,
+    dead_letters: FutureProducer,
     pool: PgPool,
     consumer: Arc<StreamConsumer>,
     http: reqwest::Client,
@@ -56,6 +59,7 @@ struct Position {
 /// A finished run on its way to the status write-back.
 struct Finished {
     outcome: Outcome,
+    dead_letter: Option<DeadLetter>,
     position: Position,
     _permit: OwnedSemaphorePermit,
 }
@@ -64,13 +68,21 @@ impl App {
     pub async fn build(config: ExecutorConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        kafka::ensure_topic(
-            &config.kafka,
-            &config.kafka.tasks_topic,
-            config.kafka.tasks_partitions,
-        )
-        .await
-        .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
+            .await
+            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        kafka::ensure_topic(&config.kafka, &config.dead_topic, 1)
+            .await
+            .with_context(|| format!("preparing topic {}", config.dead_topic))?;
+        let owner = config
+            .executor_id
+            .clone()
+            .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
+        let dead_letters: FutureProducer = kafka::client_config(&config.kafka)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()
+            .context("creating the dead-letter producer")?;
         let consumer: StreamConsumer = kafka::client_config(&config.kafka)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "true")
@@ -82,16 +94,14 @@ impl App {
             .set("fetch.wait.max.ms", "10")
             .create()
             .context("creating the Kafka consumer")?;
-        consumer
-            .subscribe(&[&config.kafka.tasks_topic])
-            .context("subscribing")?;
+        consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
         let http = callback::client().context("creating the HTTP client")?;
-        let (listener, addr) = ops::bind(config.addr)
-            .await
-            .with_context(|| format!("binding {}", config.addr))?;
-        tracing::info!(%addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
         Ok(Self {
             config,
+            owner,
+            dead_letters,
             pool,
             consumer: Arc::new(consumer),
             http,
@@ -110,13 +120,10 @@ impl App {
         let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
         let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
         let ops_token = CancellationToken::new();
-        let ops = tokio::spawn(ops::serve(
-            listener,
-            ops::router(self.metrics.registry.clone()),
-            ops_token.clone(),
-        ));
+        let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
         let writer = tokio::spawn(write_back(
             self.pool.clone(),
+            DeadLetters { producer: self.dead_letters.clone(), topic: self.config.dead_topic.clone() },
             self.consumer.clone(),
             self.config.kafka.tasks_topic.clone(),
             offsets.clone(),
@@ -128,13 +135,7 @@ impl App {
         drop(finished_tx);
         // Drain: let running callbacks finish (bounded), then the write-back.
         runs.close();
-        if tokio::time::timeout(
-            Duration::from_millis(self.config.drain_timeout_ms),
-            runs.wait(),
-        )
-        .await
-        .is_err()
-        {
+        if tokio::time::timeout(Duration::from_millis(self.config.drain_timeout_ms), runs.wait()).await.is_err() {
             tracing::warn!("drain timeout: abandoning running callbacks; their messages will be delivered again");
         }
         let _ = writer.await;
@@ -142,9 +143,7 @@ impl App {
             tracing::debug!(error = %e, "final commit");
         }
         ops_token.cancel();
-        ops.await
-            .context("ops server panicked")?
-            .context("serving ops endpoints")?;
+        ops.await.context("ops server panicked")?.context("serving ops endpoints")?;
         consumed
     }
 }
@@ -189,14 +188,8 @@ async fn consume(
                     continue;
                 }
             };
-            let position = Position {
-                partition: message.partition(),
-                offset: message.offset(),
-            };
-            offsets
-                .lock()
-                .expect("offsets lock")
-                .received(position.partition, position.offset);
+            let position = Position { partition: message.partition(), offset: message.offset() };
+            offsets.lock().expect("offsets lock").received(position.partition, position.offset);
             match message.payload().map(serde_json::from_slice::<TaskMessage>) {
                 Some(Ok(task)) => messages.push((task, position, slot)),
                 _ => {
@@ -213,9 +206,9 @@ async fn consume(
         if messages.is_empty() {
             continue;
         }
-        let ids: Vec<i64> = messages.iter().map(|(t, _, _)| t.task_id).collect();
+        let ids: Vec<(i64, i32)> = messages.iter().map(|(t, _, _)| (t.task_id, t.attempt)).collect();
         let started = loop {
-            match task::start(&app.pool, &ids).await {
+            match task::start(&app.pool, &app.owner, &ids).await {
                 Ok(started) => break started,
                 Err(e) => {
                     // Nothing is stored for these messages: retry, or after a restart they
@@ -238,50 +231,41 @@ async fn consume(
                 store(app, offsets, position);
                 continue;
             };
-            let lag = (now - started_task.scheduled_at)
-                .num_microseconds()
-                .unwrap_or(0) as f64
-                / 1e6;
-            app.metrics.fire_lag.observe(lag.max(0.0));
+            if started_task.attempt == 1 {
+                let lag = (now - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                app.metrics.fire_lag.observe(lag.max(0.0));
+            }
             app.metrics.in_flight.inc();
             let http = app.http.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
             runs.spawn(async move {
-                let outcome = callback::call(&http, &started_task).await;
-                metrics
-                    .callback_duration
-                    .observe(outcome.duration_ms as f64 / 1e3);
-                metrics.in_flight.dec();
-                let _ = finished_tx.send(Finished {
-                    outcome,
-                    position,
-                    _permit: slot,
+                let attempt = callback::call(&http, &started_task).await;
+                metrics.callback_duration.observe(attempt.duration.as_secs_f64());
+                let jitter = rand::random::<f64>() * 2.0 - 1.0;
+                let outcome = attempt.into_outcome(&started_task, jitter);
+                let dead_letter = (outcome.next == Next::Dead).then(|| DeadLetter {
+                    task_id: started_task.id,
+                    timer_id: started_task.timer_id,
+                    scheduled_at: started_task.scheduled_at,
+                    idempotency_key: started_task.identity(),
+                    attempts: started_task.attempt,
+                    http_status: outcome.http_status,
+                    last_error: outcome.error.clone(),
                 });
+                metrics.in_flight.dec();
+                let _ = finished_tx.send(Finished { outcome, dead_letter, position, _permit: slot });
             });
         }
     }
 }
 
 fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Position) {
-    store_offset(
-        &app.consumer,
-        &app.config.kafka.tasks_topic,
-        offsets,
-        position,
-    );
+    store_offset(&app.consumer, &app.config.kafka.tasks_topic, offsets, position);
 }
 
-fn store_offset(
-    consumer: &StreamConsumer,
-    topic: &str,
-    offsets: &Mutex<OffsetTracker>,
-    position: Position,
-) {
-    let done_through = offsets
-        .lock()
-        .expect("offsets lock")
-        .completed(position.partition, position.offset);
+fn store_offset(consumer: &StreamConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
+    let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
     if let Some(offset) = done_through {
         // librdkafka stores offset + 1: the next message to read.
         if let Err(e) = consumer.store_offset(topic, position.partition, offset) {
@@ -291,9 +275,30 @@ fn store_offset(
     }
 }
 
-/// Writes outcomes in batches, then stores the offsets of their messages.
+struct DeadLetters {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl DeadLetters {
+    /// Publishes and waits for the broker's acknowledgement. Done before the task is
+    /// written dead, so a crash in between repeats the attempt rather than losing the
+    /// dead letter.
+    async fn publish(&self, letters: &[&DeadLetter]) -> Result<(), rdkafka::error::KafkaError> {
+        for letter in letters {
+            let payload = serde_json::to_vec(letter).expect("a dead letter serializes");
+            let record = FutureRecord::to(&self.topic).key(&letter.idempotency_key).payload(&payload);
+            self.producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes outcomes in batches (dead letters first), then stores the offsets of their
+/// messages.
 async fn write_back(
     pool: PgPool,
+    dead_letters: DeadLetters,
     consumer: Arc<StreamConsumer>,
     topic: String,
     offsets: Arc<Mutex<OffsetTracker>>,
@@ -303,7 +308,13 @@ async fn write_back(
     let mut batch = Vec::with_capacity(1_000);
     while finished_rx.recv_many(&mut batch, 1_000).await > 0 {
         let outcomes: Vec<Outcome> = batch.iter().map(|f| f.outcome.clone()).collect();
+        let letters: Vec<&DeadLetter> = batch.iter().filter_map(|f| f.dead_letter.as_ref()).collect();
         let mut delay = Duration::from_millis(100);
+        while let Err(e) = dead_letters.publish(&letters).await {
+            tracing::warn!(error = %e, "publishing dead letters failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
         while let Err(e) = task::finish(&pool, &outcomes).await {
             // Keep trying: the offsets wait for the write, so a crash meanwhile means a
             // redelivery, never a lost outcome.
@@ -313,7 +324,11 @@ async fn write_back(
             delay = (delay * 2).min(Duration::from_secs(5));
         }
         for f in batch.drain(..) {
-            let label = f.outcome.status.as_str();
+            let label = match f.outcome.next {
+                Next::Succeeded => "succeeded",
+                Next::Retry { .. } => "retry",
+                Next::Dead => "dead",
+            };
             metrics.executed.with_label_values(&[label]).inc();
             store_offset(&consumer, &topic, &offsets, f.position);
         }

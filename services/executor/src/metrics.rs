@@ -5,7 +5,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, 
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    /// By outcome: succeeded, failed.
+    /// By outcome: succeeded, retry (failed, another attempt scheduled), dead.
     pub executed: IntCounterVec,
     /// Messages whose task was not started: already running or finished (redelivery),
     /// or cancelled because its timer was paused, deleted or changed.
@@ -19,39 +19,27 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let executed = IntCounterVec::new(
-            Opts::new("punctual_tasks_executed_total", "Tasks run, by outcome"),
-            &["outcome"],
-        )
-        .expect("valid metric");
+        let executed =
+            IntCounterVec::new(Opts::new("punctual_tasks_executed_total", "Tasks run, by outcome"), &["outcome"])
+                .expect("valid metric");
         let skipped = IntCounter::new(
             "punctual_tasks_skipped_total",
             "Task messages not run: duplicate delivery or timer no longer active",
         )
         .expect("valid metric");
         let fire_lag = Histogram::with_opts(
-            HistogramOpts::new(
-                "punctual_fire_lag_seconds",
-                "Executor start time minus scheduled time",
-            )
-            .buckets(punctual_shared::ops::lag_buckets()),
+            HistogramOpts::new("punctual_fire_lag_seconds", "Executor start time minus scheduled time")
+                .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
         let callback_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "punctual_callback_duration_seconds",
-                "Duration of HTTP callbacks",
-            )
-            .buckets(punctual_shared::ops::lag_buckets()),
+            HistogramOpts::new("punctual_callback_duration_seconds", "Duration of HTTP callbacks")
+                .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
-        let in_flight =
-            IntGauge::new("punctual_tasks_in_flight", "Tasks being run").expect("valid metric");
-        let db_errors = IntCounter::new(
-            "punctual_executor_db_errors_total",
-            "Failed status reads or writes (retried)",
-        )
-        .expect("valid metric");
+        let in_flight = IntGauge::new("punctual_tasks_in_flight", "Tasks being run").expect("valid metric");
+        let db_errors = IntCounter::new("punctual_executor_db_errors_total", "Failed status reads or writes (retried)")
+            .expect("valid metric");
         for m in [
             Box::new(executed.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(skipped.clone()),
@@ -62,15 +50,7 @@ impl Metrics {
         ] {
             registry.register(m).expect("unique metric");
         }
-        Self {
-            registry,
-            executed,
-            skipped,
-            fire_lag,
-            callback_duration,
-            in_flight,
-            db_errors,
-        }
+        Self { registry, executed, skipped, fire_lag, callback_duration, in_flight, db_errors }
     }
 }
 

@@ -27,14 +27,11 @@ impl OffsetTracker {
 
     /// Records a received message as in flight.
     pub fn received(&mut self, partition: i32, offset: i64) {
-        let p = self
-            .partitions
-            .entry(partition)
-            .or_insert_with(|| Partition {
-                highest: offset - 1,
-                reported: offset - 1,
-                ..Default::default()
-            });
+        let p = self.partitions.entry(partition).or_insert_with(|| Partition {
+            highest: offset - 1,
+            reported: offset - 1,
+            ..Default::default()
+        });
         p.in_flight.insert(offset);
         p.highest = p.highest.max(offset);
     }

@@ -65,9 +65,7 @@ impl ScannerConfig {
             ));
         }
         if self.claim_batch < 1 || self.scan_interval_ms == 0 {
-            return Err(
-                "PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into(),
-            );
+            return Err("PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into());
         }
         Ok(())
     }

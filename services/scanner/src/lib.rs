@@ -50,36 +50,19 @@ impl App {
     /// Connects, migrates, makes sure the tasks topic exists, binds the ops endpoint.
     pub async fn build(config: ScannerConfig) -> anyhow::Result<Self> {
         config.check().map_err(anyhow::Error::msg)?;
-        let owner = config.scanner_id.clone().unwrap_or_else(|| {
-            format!(
-                "scanner-{}",
-                &uuid::Uuid::new_v4().simple().to_string()[..12]
-            )
-        });
+        let owner = config
+            .scanner_id
+            .clone()
+            .unwrap_or_else(|| format!("scanner-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        let partitions = kafka::ensure_topic(
-            &config.kafka,
-            &config.kafka.tasks_topic,
-            config.kafka.tasks_partitions,
-        )
-        .await
-        .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
-        let producer = publisher::producer(&config.kafka)?;
-        let (listener, addr) = ops::bind(config.addr)
+        let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
             .await
-            .with_context(|| format!("binding {}", config.addr))?;
+            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+        let producer = publisher::producer(&config.kafka)?;
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
-        Ok(Self {
-            config,
-            owner,
-            pool,
-            producer,
-            partitions,
-            metrics: Metrics::new(),
-            listener,
-            addr,
-        })
+        Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -98,11 +81,7 @@ impl App {
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
         let (delivered_tx, delivered_rx) = mpsc::unbounded_channel::<i64>();
 
-        tracker.spawn(listen_for_timers(
-            self.pool.clone(),
-            wake.clone(),
-            token.clone(),
-        ));
+        tracker.spawn(listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tracker.spawn(scan_loop(
             self.config.clone(),
             self.owner.clone(),
@@ -123,19 +102,10 @@ impl App {
             claimed_rx,
             token.clone(),
         ));
-        tracker.spawn(publisher::mark_published_loop(
-            self.pool.clone(),
-            self.owner.clone(),
-            delivered_rx,
-        ));
+        tracker.spawn(publisher::mark_published_loop(self.pool.clone(), self.owner.clone(), delivered_rx));
         tracker.close();
 
-        let served = ops::serve(
-            self.listener,
-            ops::router(self.metrics.registry.clone()),
-            token.clone(),
-        )
-        .await;
+        let served = ops::serve(self.listener, ops::router(self.metrics.registry.clone()), token.clone()).await;
         token.cancel();
         tracker.wait().await;
         served.context("serving ops endpoints")
@@ -233,14 +203,7 @@ async fn scan_once(
         if metrics.held.get() as usize >= config.max_held {
             break;
         }
-        let claimed = task::claim(
-            pool,
-            owner,
-            config.lookahead(),
-            config.lease(),
-            config.claim_batch,
-        )
-        .await?;
+        let claimed = task::claim(pool, owner, config.lookahead(), config.lease(), config.claim_batch).await?;
         let n = claimed.len();
         metrics.claimed.inc_by(n as u64);
         if n > 0 && claimed_tx.send(claimed).await.is_err() {

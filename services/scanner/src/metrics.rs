@@ -21,58 +21,26 @@ impl Metrics {
         let registry = Registry::new();
         let counter = |name: &str, help: &str| {
             let c = IntCounter::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
             c
         };
-        let planned = counter(
-            "punctual_tasks_planned_total",
-            "Occurrences planned into task rows",
-        );
-        let timers_invalid = counter(
-            "punctual_timers_invalid_total",
-            "Timer rows marked invalid by the planner",
-        );
-        let claimed = counter(
-            "punctual_tasks_claimed_total",
-            "Tasks claimed for publishing",
-        );
-        let published = counter(
-            "punctual_tasks_published_total",
-            "Tasks published to the tasks topic",
-        );
-        let publish_errors = counter(
-            "punctual_publish_errors_total",
-            "Tasks whose publish failed (left to be re-claimed)",
-        );
-        let fenced = counter(
-            "punctual_tasks_fenced_total",
-            "Held tasks dropped because their claim had expired",
-        );
-        let scan_errors = counter(
-            "punctual_scan_errors_total",
-            "Planning or claiming passes that failed",
-        );
-        let held = IntGauge::new(
-            "punctual_wheel_held_tasks",
-            "Claimed tasks held in the timing wheel",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(held.clone()))
-            .expect("unique metric");
+        let planned = counter("punctual_tasks_planned_total", "Occurrences planned into task rows");
+        let timers_invalid = counter("punctual_timers_invalid_total", "Timer rows marked invalid by the planner");
+        let claimed = counter("punctual_tasks_claimed_total", "Tasks claimed for publishing");
+        let published = counter("punctual_tasks_published_total", "Tasks published to the tasks topic");
+        let publish_errors =
+            counter("punctual_publish_errors_total", "Tasks whose publish failed (left to be re-claimed)");
+        let fenced = counter("punctual_tasks_fenced_total", "Held tasks dropped because their claim had expired");
+        let scan_errors = counter("punctual_scan_errors_total", "Planning or claiming passes that failed");
+        let held =
+            IntGauge::new("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel").expect("valid metric");
+        registry.register(Box::new(held.clone())).expect("unique metric");
         let publish_lag = Histogram::with_opts(
-            HistogramOpts::new(
-                "punctual_publish_lag_seconds",
-                "Publish time minus scheduled time",
-            )
-            .buckets(punctual_shared::ops::lag_buckets()),
+            HistogramOpts::new("punctual_publish_lag_seconds", "Publish time minus due time")
+                .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
-        registry
-            .register(Box::new(publish_lag.clone()))
-            .expect("unique metric");
+        registry.register(Box::new(publish_lag.clone())).expect("unique metric");
         Self {
             registry,
             planned,

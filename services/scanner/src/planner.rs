@@ -47,11 +47,7 @@ struct PlanUpdate {
 
 impl Planner {
     /// Checks timers in `plan_status = 'new'` and sets their first occurrence to plan.
-    pub async fn validate_new(
-        &self,
-        db: &PgPool,
-        now: DateTime<Utc>,
-    ) -> Result<PassReport, sqlx::Error> {
+    pub async fn validate_new(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
         let mut tx = db.begin().await?;
         let rows: Vec<TimerRow> = sqlx::query_as(
             "SELECT * FROM timers WHERE plan_status = 'new' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
@@ -59,10 +55,7 @@ impl Planner {
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
-        let mut report = PassReport {
-            timers: rows.len(),
-            ..Default::default()
-        };
+        let mut report = PassReport { timers: rows.len(), ..Default::default() };
         let mut updates = Vec::with_capacity(rows.len());
         for row in &rows {
             let checked = row.schedule().and_then(|s| row.http_action().map(|_| s));
@@ -94,12 +87,9 @@ impl Planner {
                             next_plan_at: Some(at),
                             invalid_reason: None,
                         },
-                        None => PlanUpdate {
-                            id: row.id,
-                            plan_status: "done",
-                            next_plan_at: None,
-                            invalid_reason: None,
-                        },
+                        None => {
+                            PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None }
+                        }
                     }
                 }
             };
@@ -111,15 +101,9 @@ impl Planner {
     }
 
     /// Plans occurrences of the active timers whose plan ends within the horizon.
-    pub async fn plan_due(
-        &self,
-        db: &PgPool,
-        now: DateTime<Utc>,
-    ) -> Result<PassReport, sqlx::Error> {
-        let horizon =
-            chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10));
-        let misfire = chrono::Duration::from_std(self.misfire_threshold)
-            .unwrap_or(chrono::Duration::seconds(60));
+    pub async fn plan_due(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
+        let horizon = chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10));
+        let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let mut tx = db.begin().await?;
         let rows: Vec<TimerRow> = sqlx::query_as(
             "SELECT * FROM timers
@@ -130,10 +114,7 @@ impl Planner {
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
-        let mut report = PassReport {
-            timers: rows.len(),
-            ..Default::default()
-        };
+        let mut report = PassReport { timers: rows.len(), ..Default::default() };
         let plan_until = now + horizon * 2;
         let mut tasks = Vec::new();
         let mut updates = Vec::with_capacity(rows.len());
@@ -168,44 +149,20 @@ impl Planner {
                     missed = Some(at);
                 } else {
                     if let Some(m) = missed.take() {
-                        tasks.push(PlannedTask {
-                            timer_id: row.id,
-                            scheduled_at: m,
-                            timer_version: row.version,
-                        });
+                        tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
                     }
-                    tasks.push(PlannedTask {
-                        timer_id: row.id,
-                        scheduled_at: at,
-                        timer_version: row.version,
-                    });
+                    tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
                 }
-                next = if schedule.is_one_shot() {
-                    None
-                } else {
-                    schedule.next_after(row.created_at, at)
-                };
+                next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
             }
             if let Some(m) = missed {
-                tasks.push(PlannedTask {
-                    timer_id: row.id,
-                    scheduled_at: m,
-                    timer_version: row.version,
-                });
+                tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
             }
             updates.push(match next {
-                Some(at) => PlanUpdate {
-                    id: row.id,
-                    plan_status: "planned",
-                    next_plan_at: Some(at),
-                    invalid_reason: None,
-                },
-                None => PlanUpdate {
-                    id: row.id,
-                    plan_status: "done",
-                    next_plan_at: None,
-                    invalid_reason: None,
-                },
+                Some(at) => {
+                    PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None }
+                }
+                None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
             });
         }
         for chunk in tasks.chunks(10_000) {
@@ -217,20 +174,14 @@ impl Planner {
     }
 }
 
-async fn write_updates(
-    tx: &mut sqlx::PgConnection,
-    updates: &[PlanUpdate],
-) -> Result<(), sqlx::Error> {
+async fn write_updates(tx: &mut sqlx::PgConnection, updates: &[PlanUpdate]) -> Result<(), sqlx::Error> {
     if updates.is_empty() {
         return Ok(());
     }
     let ids: Vec<Uuid> = updates.iter().map(|u| u.id).collect();
     let statuses: Vec<&str> = updates.iter().map(|u| u.plan_status).collect();
     let nexts: Vec<Option<DateTime<Utc>>> = updates.iter().map(|u| u.next_plan_at).collect();
-    let reasons: Vec<Option<&str>> = updates
-        .iter()
-        .map(|u| u.invalid_reason.as_deref())
-        .collect();
+    let reasons: Vec<Option<&str>> = updates.iter().map(|u| u.invalid_reason.as_deref()).collect();
     sqlx::query(
         "UPDATE timers t SET plan_status = u.plan_status, next_plan_at = u.next_plan_at, invalid_reason = u.reason
            FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) AS u(id, plan_status, next_plan_at, reason)

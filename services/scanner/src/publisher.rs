@@ -52,13 +52,10 @@ impl Publisher {
             let key = message.key();
             let payload = serde_json::to_vec(&message).expect("a task message serializes");
             let partition = i32::from(t.bucket) % self.partitions;
-            let record = FutureRecord::to(&self.topic)
-                .partition(partition)
-                .key(&key)
-                .payload(&payload);
+            let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
             match self.producer.send_result(record) {
                 Ok(delivery) => {
-                    let lag = (now - t.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    let lag = (now - t.due_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     self.metrics.publish_lag.observe(lag.max(0.0));
                     pending.push((t.id, delivery));
                 }
@@ -91,7 +88,7 @@ pub async fn drive_wheel(
             batch = claimed_rx.recv() => {
                 let Some(batch) = batch else { break };
                 for t in batch {
-                    let deadline = t.scheduled_at.timestamp_millis().max(0) as u64;
+                    let deadline = t.due_at.timestamp_millis().max(0) as u64;
                     if let Err(t) = wheel.insert(deadline, t) {
                         due.push(t);
                     }
@@ -119,10 +116,7 @@ async fn await_deliveries(
     delivered: mpsc::UnboundedSender<i64>,
     metrics: Metrics,
 ) {
-    let mut futures: FuturesUnordered<_> = pending
-        .into_iter()
-        .map(|(id, f)| async move { (id, f.await) })
-        .collect();
+    let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
     while let Some((id, result)) = futures.next().await {
         match result {
             Ok(Ok(_)) => {
@@ -135,10 +129,7 @@ async fn await_deliveries(
             }
             Err(_) => {
                 metrics.publish_errors.inc();
-                tracing::warn!(
-                    task_id = id,
-                    "delivery cancelled; the task will be re-claimed"
-                );
+                tracing::warn!(task_id = id, "delivery cancelled; the task will be re-claimed");
             }
         }
     }
@@ -146,11 +137,7 @@ async fn await_deliveries(
 
 /// Marks delivered tasks published, as many per statement as have arrived. Ends when
 /// every sender is gone (after the wheel driver and its deliveries end).
-pub async fn mark_published_loop(
-    pool: PgPool,
-    owner: String,
-    mut delivered: mpsc::UnboundedReceiver<i64>,
-) {
+pub async fn mark_published_loop(pool: PgPool, owner: String, mut delivered: mpsc::UnboundedReceiver<i64>) {
     let mut ids = Vec::with_capacity(10_000);
     while delivered.recv_many(&mut ids, 10_000).await > 0 {
         // A failed write only delays the mark: the executor accepts claimed tasks too.

@@ -24,9 +24,7 @@ impl<T> TimingWheel<T> {
     /// A wheel whose current time is `now` (ms).
     pub fn new(now: u64) -> Self {
         Self {
-            levels: (0..LEVELS)
-                .map(|_| (0..SLOTS).map(|_| Vec::new()).collect())
-                .collect(),
+            levels: (0..LEVELS).map(|_| (0..SLOTS).map(|_| Vec::new()).collect()).collect(),
             occupied: [0; LEVELS],
             now,
             len: 0,
@@ -84,8 +82,7 @@ impl<T> TimingWheel<T> {
                         for (deadline, item) in entries {
                             if deadline <= t {
                                 // Can only be deadline == t: lands in level 0 below.
-                                self.levels[0][(deadline as usize) & (SLOTS - 1)]
-                                    .push((deadline, item));
+                                self.levels[0][(deadline as usize) & (SLOTS - 1)].push((deadline, item));
                                 self.occupied[0] |= 1 << ((deadline as usize) & (SLOTS - 1));
                             } else {
                                 self.place(deadline, item);
@@ -111,11 +108,7 @@ impl<T> TimingWheel<T> {
         // Level 0 within the current 64 ms block.
         let block = now & !((SLOTS as u64) - 1);
         let offset = (now & (SLOTS as u64 - 1)) as u32;
-        let ahead = if offset == 63 {
-            0
-        } else {
-            self.occupied[0] & (!0u64 << (offset + 1))
-        };
+        let ahead = if offset == 63 { 0 } else { self.occupied[0] & (!0u64 << (offset + 1)) };
         if ahead != 0 {
             return (block + ahead.trailing_zeros() as u64).min(to);
         }
@@ -150,15 +143,11 @@ mod tests {
     fn expires_each_item_at_its_deadline_not_before() {
         let start = 1_700_000_000_123;
         let mut w = TimingWheel::new(start);
-        for d in [
-            1u64, 2, 63, 64, 65, 4_095, 4_096, 4_097, 300_000, 86_400_000,
-        ] {
+        for d in [1u64, 2, 63, 64, 65, 4_095, 4_096, 4_097, 300_000, 86_400_000] {
             w.insert(start + d, d).unwrap();
         }
         let mut out = Vec::new();
-        for d in [
-            1u64, 2, 63, 64, 65, 4_095, 4_096, 4_097, 300_000, 86_400_000,
-        ] {
+        for d in [1u64, 2, 63, 64, 65, 4_095, 4_096, 4_097, 300_000, 86_400_000] {
             w.advance(start + d - 1, &mut out);
             assert!(out.is_empty(), "{d} fired early: {out:?}");
             w.advance(start + d, &mut out);

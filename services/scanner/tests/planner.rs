@@ -9,19 +9,14 @@ use punctual_testkit::TestDb;
 use uuid::Uuid;
 
 fn planner() -> Planner {
-    Planner {
-        horizon: Duration::from_secs(10),
-        misfire_threshold: Duration::from_secs(60),
-    }
+    Planner { horizon: Duration::from_secs(10), misfire_threshold: Duration::from_secs(60) }
 }
 
 async fn insert_sql(db: &TestDb, columns: &str, values: &str) -> Uuid {
-    let (id,): (Uuid,) = sqlx::query_as(&format!(
-        "INSERT INTO timers ({columns}) VALUES ({values}) RETURNING id"
-    ))
-    .fetch_one(&db.pool)
-    .await
-    .unwrap_or_else(|e| panic!("insert ({columns}) VALUES ({values}): {e}"));
+    let (id,): (Uuid,) = sqlx::query_as(&format!("INSERT INTO timers ({columns}) VALUES ({values}) RETURNING id"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("insert ({columns}) VALUES ({values}): {e}"));
     id
 }
 
@@ -45,42 +40,15 @@ async fn task_times(db: &TestDb, id: Uuid) -> Vec<DateTime<Utc>> {
 async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reason() {
     let db = TestDb::create().await;
     let cols = "name, schedule_kind, cron_expr, timezone, http_url";
-    let bad_cron = insert_sql(
-        &db,
-        cols,
-        "'bad-cron', 'cron', 'every day at noon', 'UTC', 'http://127.0.0.1:1/x'",
-    )
-    .await;
-    let bad_zone = insert_sql(
-        &db,
-        cols,
-        "'bad-zone', 'cron', '* * * * * *', 'Mars/Olympus', 'http://127.0.0.1:1/x'",
-    )
-    .await;
-    let bad_url = insert_sql(
-        &db,
-        cols,
-        "'bad-url', 'cron', '* * * * * *', 'UTC', 'not a url'",
-    )
-    .await;
-    let no_url = insert_sql(
-        &db,
-        "name, schedule_kind, cron_expr",
-        "'no-url', 'cron', '* * * * * *'",
-    )
-    .await;
-    let no_run_at = insert_sql(
-        &db,
-        "name, schedule_kind, http_url",
-        "'no-run-at', 'once', 'http://127.0.0.1:1/x'",
-    )
-    .await;
-    let good = insert_sql(
-        &db,
-        cols,
-        "'good', 'cron', '0 9 * * 1-5', 'Europe/Berlin', 'http://127.0.0.1:1/x'",
-    )
-    .await;
+    let bad_cron =
+        insert_sql(&db, cols, "'bad-cron', 'cron', 'every day at noon', 'UTC', 'http://127.0.0.1:1/x'").await;
+    let bad_zone =
+        insert_sql(&db, cols, "'bad-zone', 'cron', '* * * * * *', 'Mars/Olympus', 'http://127.0.0.1:1/x'").await;
+    let bad_url = insert_sql(&db, cols, "'bad-url', 'cron', '* * * * * *', 'UTC', 'not a url'").await;
+    let no_url = insert_sql(&db, "name, schedule_kind, cron_expr", "'no-url', 'cron', '* * * * * *'").await;
+    let no_run_at =
+        insert_sql(&db, "name, schedule_kind, http_url", "'no-run-at', 'once', 'http://127.0.0.1:1/x'").await;
+    let good = insert_sql(&db, cols, "'good', 'cron', '0 9 * * 1-5', 'Europe/Berlin', 'http://127.0.0.1:1/x'").await;
 
     let report = planner().validate_new(&db.pool, Utc::now()).await.unwrap();
     assert_eq!(report.timers, 6);
@@ -95,10 +63,7 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
         let (status, reason, next) = plan_state(&db, id).await;
         assert_eq!(status, "invalid");
         let reason = reason.expect("a reason");
-        assert!(
-            reason.starts_with(&format!("{column}:")),
-            "reason {reason:?} should name {column}"
-        );
+        assert!(reason.starts_with(&format!("{column}:")), "reason {reason:?} should name {column}");
         assert_eq!(next, None);
     }
     let (status, reason, next) = plan_state(&db, good).await;
@@ -106,17 +71,16 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
     assert!(next.unwrap() > Utc::now());
 
     // Invalid rows are never planned, and the schema itself rejects what it can.
-    planner()
-        .plan_due(&db.pool, Utc::now() + chrono::Duration::days(7))
-        .await
-        .unwrap();
+    planner().plan_due(&db.pool, Utc::now() + chrono::Duration::days(7)).await.unwrap();
     for id in [bad_cron, bad_zone, bad_url, no_url, no_run_at] {
         assert!(task_times(&db, id).await.is_empty());
     }
-    let rejected = sqlx::query("INSERT INTO timers (name, schedule_kind, interval_ms, http_url) VALUES ('x', 'interval', 5, 'http://a/')")
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
+    let rejected = sqlx::query(
+        "INSERT INTO timers (name, schedule_kind, interval_ms, http_url) VALUES ('x', 'interval', 5, 'http://a/')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
     assert!(rejected.to_string().contains("interval_ms"), "{rejected}");
 }
 
@@ -134,32 +98,18 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     let report = planner().plan_due(&db.pool, now).await.unwrap();
     let times = task_times(&db, id).await;
     // Planned up to twice the horizon (20 s) ahead: about 20 occurrences, one per second.
-    assert!(
-        (19..=21).contains(&times.len()),
-        "{} occurrences",
-        times.len()
-    );
+    assert!((19..=21).contains(&times.len()), "{} occurrences", times.len());
     assert_eq!(report.tasks_planned as usize, times.len());
-    assert!(times
-        .windows(2)
-        .all(|w| w[1] - w[0] == chrono::Duration::seconds(1)));
+    assert!(times.windows(2).all(|w| w[1] - w[0] == chrono::Duration::seconds(1)));
     assert!(times[0] >= now - chrono::Duration::seconds(1));
     // Nothing more to plan until the plan comes within the horizon again.
     let again = planner().plan_due(&db.pool, now).await.unwrap();
     assert_eq!(again.timers, 0);
-    let later = planner()
-        .plan_due(&db.pool, now + chrono::Duration::seconds(15))
-        .await
-        .unwrap();
+    let later = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15)).await.unwrap();
     assert_eq!(later.timers, 1);
     let extended = task_times(&db, id).await;
     assert_eq!(extended.len(), times.len() + later.tasks_planned as usize);
-    assert!(
-        extended
-            .windows(2)
-            .all(|w| w[1] - w[0] == chrono::Duration::seconds(1)),
-        "no gap, no duplicate"
-    );
+    assert!(extended.windows(2).all(|w| w[1] - w[0] == chrono::Duration::seconds(1)), "no gap, no duplicate");
 }
 
 #[tokio::test]
@@ -169,32 +119,16 @@ async fn occurrences_missed_beyond_the_misfire_threshold_fire_once() {
     let id = insert_sql(
         &db,
         "name, schedule_kind, cron_expr, http_url, plan_status, next_plan_at",
-        &format!(
-            "'behind', 'cron', '* * * * * *', 'http://127.0.0.1:1/x', 'planned', '{}'",
-            hour_ago.to_rfc3339()
-        ),
+        &format!("'behind', 'cron', '* * * * * *', 'http://127.0.0.1:1/x', 'planned', '{}'", hour_ago.to_rfc3339()),
     )
     .await;
     let now = Utc::now();
     planner().plan_due(&db.pool, now).await.unwrap();
     let times = task_times(&db, id).await;
-    let missed: Vec<_> = times
-        .iter()
-        .filter(|t| **t < now - chrono::Duration::seconds(60))
-        .collect();
-    assert_eq!(
-        missed.len(),
-        1,
-        "an hour of missed occurrences collapses into one"
-    );
-    let recent = times
-        .iter()
-        .filter(|t| **t >= now - chrono::Duration::seconds(60))
-        .count();
-    assert!(
-        (75..=82).contains(&recent),
-        "the last minute (within the threshold) and the next 20 s: {recent}"
-    );
+    let missed: Vec<_> = times.iter().filter(|t| **t < now - chrono::Duration::seconds(60)).collect();
+    assert_eq!(missed.len(), 1, "an hour of missed occurrences collapses into one");
+    let recent = times.iter().filter(|t| **t >= now - chrono::Duration::seconds(60)).count();
+    assert!((75..=82).contains(&recent), "the last minute (within the threshold) and the next 20 s: {recent}");
 }
 
 #[tokio::test]
@@ -230,21 +164,11 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     assert_eq!(ids.len(), 200, "no task claimed by both");
 
     // Nothing left to claim until the leases expire; then another owner takes them.
-    assert!(
-        task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let c = task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000)
-        .await
-        .unwrap();
+    let c = task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap();
     assert_eq!(c.len(), 200);
     // The old owner can no longer mark them published.
     assert_eq!(task::mark_published(&db.pool, "a", &ids).await.unwrap(), 0);
-    assert_eq!(
-        task::mark_published(&db.pool, "c", &ids).await.unwrap(),
-        200
-    );
+    assert_eq!(task::mark_published(&db.pool, "c", &ids).await.unwrap(), 200);
 }

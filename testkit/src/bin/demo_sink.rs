@@ -10,11 +10,7 @@ use tokio_util::sync::CancellationToken;
 #[command(about = "Records the callbacks it receives (demo target)")]
 struct Config {
     /// Address to listen on.
-    #[arg(
-        long,
-        env = "PUNCTUAL_DEMO_SINK_ADDR",
-        default_value = "127.0.0.1:8090"
-    )]
+    #[arg(long, env = "PUNCTUAL_DEMO_SINK_ADDR", default_value = "127.0.0.1:8090")]
     addr: SocketAddr,
 }
 
