@@ -18,7 +18,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use uuid::Uuid;
 
 pub use process::ServiceProcess;
-pub use sink::{Call, Sink};
+pub use sink::{Behaviour, Call, Sink};
 pub use stack::Stack;
 
 fn required_env(name: &str) -> String {

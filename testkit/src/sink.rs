@@ -1,8 +1,10 @@
 //! An HTTP server that records every request it receives: the callback target of the
 //! tests and of `make up`'s demo timer.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -31,9 +33,31 @@ impl Call {
     }
 }
 
+/// How the sink answers calls to one path: the statuses in `script` in turn (then 200),
+/// each after `delay`, with `retry_after` as a `Retry-After` header on non-2xx answers.
+#[derive(Debug, Clone, Default)]
+pub struct Behaviour {
+    pub script: Vec<u16>,
+    pub delay: Duration,
+    pub retry_after: Option<String>,
+}
+
+impl Behaviour {
+    /// Fails the first `n` calls with `status`, then succeeds.
+    pub fn fail_first(n: usize, status: u16) -> Self {
+        Behaviour { script: vec![status; n], ..Default::default() }
+    }
+
+    /// Answers every call after `delay`.
+    pub fn slow(delay: Duration) -> Self {
+        Behaviour { delay, ..Default::default() }
+    }
+}
+
 #[derive(Clone, Default)]
 struct Shared {
     calls: Arc<Mutex<Vec<Call>>>,
+    behaviours: Arc<Mutex<HashMap<String, Behaviour>>>,
 }
 
 /// A running sink; stops when dropped.
@@ -66,6 +90,11 @@ impl Sink {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// Sets how calls to `path` are answered from now on.
+    pub fn behave(&self, path: &str, behaviour: Behaviour) {
+        self.shared.behaviours.lock().expect("sink lock").insert(path.to_owned(), behaviour);
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.shared.calls.lock().expect("sink lock").clone()
     }
@@ -82,7 +111,13 @@ impl Drop for Sink {
     }
 }
 
-async fn record(State(shared): State<Shared>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn record(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> axum::response::Response {
     let call = Call {
         received_at: Utc::now(),
         method: method.to_string(),
@@ -92,6 +127,27 @@ async fn record(State(shared): State<Shared>, method: Method, uri: Uri, headers:
         body,
     };
     tracing::info!(path = %call.path, key = ?call.idempotency_key, "sink received a call");
+    let path = call.path.clone();
     shared.calls.lock().expect("sink lock").push(call);
-    StatusCode::OK
+    let (status, delay, retry_after) = {
+        let mut behaviours = shared.behaviours.lock().expect("sink lock");
+        match behaviours.get_mut(&path) {
+            Some(b) => {
+                let status = if b.script.is_empty() { 200 } else { b.script.remove(0) };
+                (status, b.delay, b.retry_after.clone())
+            }
+            None => (200, Duration::ZERO, None),
+        }
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = axum::response::IntoResponse::into_response(status);
+    if let (false, Some(value)) = (status.is_success(), retry_after) {
+        if let Ok(v) = value.parse() {
+            response.headers_mut().insert("retry-after", v);
+        }
+    }
+    response
 }

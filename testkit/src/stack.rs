@@ -10,6 +10,7 @@ use crate::{kafka_brokers, unique_name, ServiceProcess, TestDb};
 pub struct Stack {
     pub db: TestDb,
     pub topic: String,
+    pub dead_topic: String,
     pub admin: ServiceProcess,
     pub scanner: ServiceProcess,
     pub executor: ServiceProcess,
@@ -22,10 +23,12 @@ impl Stack {
     pub async fn start(extra: &[(&str, String)]) -> Stack {
         let db = TestDb::create().await;
         let topic = unique_name("punctual.tasks");
+        let dead_topic = unique_name("punctual.dead");
         let mut env: Vec<(&str, String)> = vec![
             ("PUNCTUAL_DATABASE_URL", db.url.clone()),
             ("PUNCTUAL_KAFKA_BROKERS", kafka_brokers()),
             ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
+            ("PUNCTUAL_DEAD_TOPIC", dead_topic.clone()),
             ("PUNCTUAL_TASKS_PARTITIONS", "4".into()),
             ("PUNCTUAL_EXECUTOR_GROUP", unique_name("executors")),
         ];
@@ -39,7 +42,7 @@ impl Stack {
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
-        Stack { db, topic, admin, scanner, executor, http: reqwest::Client::new() }
+        Stack { db, topic, dead_topic, admin, scanner, executor, http: reqwest::Client::new() }
     }
 
     /// `POST /v1/timers`; panics unless the answer is 201. Returns the stored timer.
@@ -91,4 +94,32 @@ pub fn dump_logs(stack: &Stack) -> String {
         .map(|p| format!("--- {} ---\n{}", p.name, p.log_tail()))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Reads `topic` from the beginning until `n` messages arrived or `timeout` passed;
+/// returns (key, payload) pairs.
+pub async fn read_topic(topic: &str, n: usize, timeout: Duration) -> Vec<(String, Vec<u8>)> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique_name("reader"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while out.len() < n {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(m)) => out.push((
+                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                m.payload().unwrap_or_default().to_vec(),
+            )),
+            Ok(Err(e)) => tracing::warn!(error = %e, "reading {topic}"),
+            Err(_) => break,
+        }
+    }
+    out
 }

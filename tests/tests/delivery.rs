@@ -1,0 +1,111 @@
+//! Retries, backoff and dead letters on the real stack, against a sink that fails on
+//! purpose.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use punctual_testkit::stack::{dump_logs, read_topic};
+use punctual_testkit::{eventually, Behaviour, Sink, Stack};
+use serde_json::{json, Value};
+
+async fn one_shot(stack: &Stack, sink: &Sink, path: &str, retry: Value) -> String {
+    let at = Utc::now() + chrono::Duration::milliseconds(1_500);
+    let timer = stack
+        .create_timer(
+            &json!({"name": path, "schedule": {"at": at}, "retry": retry, "action": {"http": {"url": sink.url(path)}}}),
+        )
+        .await;
+    timer["id"].as_str().unwrap().to_owned()
+}
+
+fn attempt_header(c: &punctual_testkit::Call) -> String {
+    c.headers["x-punctual-attempt"].to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_back_off_then_succeed_with_the_same_key() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    sink.behave("/flaky", Behaviour::fail_first(2, 503));
+    let id = one_shot(&stack, &sink, "/flaky", json!({"max_attempts": 4, "initial_ms": 600, "multiplier": 2.0})).await;
+
+    eventually(Duration::from_secs(20), "three calls", || async { (sink.calls().len() >= 3).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = sink.calls_to("/flaky");
+    assert_eq!(calls.len(), 3, "two failures, then success, then nothing\n{}", dump_logs(&stack));
+    assert!(calls.iter().all(|c| c.idempotency_key == calls[0].idempotency_key), "one identity for every attempt");
+    assert_eq!(calls.iter().map(attempt_header).collect::<Vec<_>>(), vec!["1", "2", "3"]);
+    // Waits of 600 ms then 1200 ms, each ±20 % jitter, plus up to a scan interval.
+    let gap1 = calls[1].received_at - calls[0].received_at;
+    let gap2 = calls[2].received_at - calls[1].received_at;
+    println!("gaps: {} ms, {} ms", gap1.num_milliseconds(), gap2.num_milliseconds());
+    assert!((480..=1_100).contains(&gap1.num_milliseconds()), "first wait {gap1}");
+    assert!((960..=1_800).contains(&gap2.num_milliseconds()), "second wait {gap2}");
+
+    let runs = stack.runs(&id).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0]["status"].as_str(), runs[0]["attempt"].as_i64()), (Some("succeeded"), Some(3)));
+    let failed = runs[0]["failed_attempts"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{runs:?}");
+    assert!(failed.iter().all(|a| a["http_status"] == 503));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_failure_is_dead_lettered_and_can_be_replayed() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    sink.behave("/down", Behaviour::fail_first(10, 500));
+    sink.behave("/gone", Behaviour::fail_first(10, 404));
+    let down = one_shot(&stack, &sink, "/down", json!({"max_attempts": 2, "initial_ms": 300})).await;
+    let gone = one_shot(&stack, &sink, "/gone", json!({"max_attempts": 5, "initial_ms": 300})).await;
+
+    let letters = read_topic(&stack.dead_topic, 2, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 2, "two dead letters\n{}", dump_logs(&stack));
+    assert_eq!(sink.calls_to("/down").len(), 2, "max_attempts = 2");
+    assert_eq!(sink.calls_to("/gone").len(), 1, "a 404 is not retried");
+    for (key, payload) in &letters {
+        let letter: Value = serde_json::from_slice(payload).unwrap();
+        assert_eq!(&letter["idempotency_key"], key);
+        let (attempts, status) = if letter["timer_id"] == down.as_str() { (2, 500) } else { (1, 404) };
+        assert_eq!(letter["attempts"], attempts, "{letter}");
+        assert_eq!(letter["http_status"], status);
+        assert!(letter["last_error"].as_str().unwrap().contains(&status.to_string()));
+    }
+    let dead: Value =
+        stack.http.get(stack.admin.url("/v1/tasks?status=dead")).send().await.unwrap().json().await.unwrap();
+    let dead = dead["tasks"].as_array().unwrap().clone();
+    assert_eq!(dead.len(), 2);
+
+    // The target is back: replaying runs the dead task once more, as a further attempt.
+    sink.behave("/down", Behaviour::default());
+    let task_id = dead.iter().find(|t| t["timer_id"] == down.as_str()).unwrap()["id"].as_i64().unwrap();
+    let r = stack.http.post(stack.admin.url(&format!("/v1/tasks/{task_id}/replay"))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    eventually(Duration::from_secs(15), "the replayed task succeeds", || async {
+        let runs = stack.runs(&down).await;
+        (runs[0]["status"] == "succeeded").then_some(())
+    })
+    .await;
+    let calls = sink.calls_to("/down");
+    assert_eq!(calls.len(), 3);
+    assert_eq!(attempt_header(&calls[2]), "3");
+    // Replaying what is not dead is a conflict; an unknown task is not found.
+    let again = stack.http.post(stack.admin.url(&format!("/v1/tasks/{task_id}/replay"))).send().await.unwrap();
+    assert_eq!(again.status(), 409);
+    let unknown = stack.http.post(stack.admin.url("/v1/tasks/999999999/replay")).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(stack.runs(&gone).await[0]["status"], "dead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    sink.behave("/busy", Behaviour { script: vec![429], retry_after: Some("2".into()), ..Default::default() });
+    one_shot(&stack, &sink, "/busy", json!({"max_attempts": 3, "initial_ms": 100})).await;
+    eventually(Duration::from_secs(20), "two calls", || async { (sink.calls().len() >= 2).then_some(()) }).await;
+    let calls = sink.calls();
+    let gap = calls[1].received_at - calls[0].received_at;
+    assert!(gap >= chrono::Duration::milliseconds(1_950), "Retry-After: 2 honoured, waited {gap}");
+    assert!(gap <= chrono::Duration::milliseconds(3_000), "but not much longer: {gap}");
+}
