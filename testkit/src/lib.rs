@@ -8,6 +8,7 @@
 //! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
 
 pub mod process;
+pub mod servers;
 pub mod sink;
 pub mod stack;
 
@@ -44,8 +45,13 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// On the test run's Postgres server.
     pub async fn create() -> TestDb {
-        let server = required_env("PUNCTUAL_TEST_DATABASE_URL");
+        Self::create_on(&required_env("PUNCTUAL_TEST_DATABASE_URL")).await
+    }
+
+    /// On the Postgres server at `server` (a URL without database).
+    pub async fn create_on(server: &str) -> TestDb {
         let name = format!("t_{}", Uuid::new_v4().simple());
         let mut admin =
             PgConnection::connect(&format!("{server}/postgres")).await.expect("connect to the test Postgres");

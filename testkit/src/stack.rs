@@ -21,12 +21,18 @@ impl Stack {
     /// Starts the three services (with `extra` environment for all) and waits until each
     /// is healthy.
     pub async fn start(extra: &[(&str, String)]) -> Stack {
-        let db = TestDb::create().await;
+        let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").expect("PUNCTUAL_TEST_DATABASE_URL (run `make test`)");
+        Self::start_on(&server, &kafka_brokers(), extra).await
+    }
+
+    /// Against a Postgres server and brokers of the test's own.
+    pub async fn start_on(database_server: &str, brokers: &str, extra: &[(&str, String)]) -> Stack {
+        let db = TestDb::create_on(database_server).await;
         let topic = unique_name("punctual.tasks");
         let dead_topic = unique_name("punctual.dead");
         let mut env: Vec<(&str, String)> = vec![
             ("PUNCTUAL_DATABASE_URL", db.url.clone()),
-            ("PUNCTUAL_KAFKA_BROKERS", kafka_brokers()),
+            ("PUNCTUAL_KAFKA_BROKERS", brokers.to_owned()),
             ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
             ("PUNCTUAL_DEAD_TOPIC", dead_topic.clone()),
             ("PUNCTUAL_TASKS_PARTITIONS", "4".into()),

@@ -23,6 +23,10 @@ pub struct ExecutorConfig {
     /// Name this executor runs tasks under (default: executor-<random>); must differ between executors.
     #[arg(long, env = "PUNCTUAL_EXECUTOR_ID")]
     pub executor_id: Option<String>,
+    /// Kafka consumer session timeout: how long before the group gives a dead executor's
+    /// partitions to the others.
+    #[arg(long, env = "PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
+    pub kafka_session_timeout_ms: u64,
     /// Most tasks running at once in this executor (a slow callback holds one slot, not a partition).
     #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 2_000)]
     pub max_in_flight: usize,

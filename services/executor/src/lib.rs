@@ -90,7 +90,8 @@ impl App {
             // Offsets are stored by us, only for work whose outcome is written.
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "30000")
+            .set("session.timeout.ms", config.kafka_session_timeout_ms.to_string())
+            .set("heartbeat.interval.ms", (config.kafka_session_timeout_ms / 3).max(100).to_string())
             .set("fetch.wait.max.ms", "10")
             .create()
             .context("creating the Kafka consumer")?;

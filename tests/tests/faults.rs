@@ -1,0 +1,233 @@
+//! Fault tests: a steady load (cron timers firing every second within a bounded window),
+//! a fault injected into a real process mid-window, recovery, then an audit of every
+//! callback the sink received against every occurrence that was due. Each test prints its
+//! counts of lost and duplicated occurrences.
+//!
+//! The tests take a lock so that only one runs at a time: each one's timing assumes the
+//! machine is not also busy with another fault.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, Utc};
+use punctual_shared::timer::task_identity;
+use punctual_testkit::servers::{Broker, PgServer};
+use punctual_testkit::stack::dump_logs;
+use punctual_testkit::{kafka_brokers, Behaviour, Call, Sink, Stack};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+/// Settings that make recovery quick enough to test: short leases and session timeouts.
+fn fast_recovery() -> Vec<(&'static str, String)> {
+    vec![
+        ("PUNCTUAL_LEASE_MS", "4000".into()),
+        ("PUNCTUAL_LOOKAHEAD_MS", "1500".into()),
+        ("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+    ]
+}
+
+const TIMERS: i64 = 100;
+const SECONDS: i64 = 15;
+
+struct Load {
+    timers: Vec<Uuid>,
+    start: DateTime<Utc>,
+}
+
+impl Load {
+    /// `TIMERS` cron timers firing every second for `SECONDS` seconds from a whole second
+    /// a few seconds ahead, inserted with one SQL statement.
+    async fn start(stack: &Stack, sink: &Sink) -> Load {
+        let start = (Utc::now() + chrono::Duration::seconds(3)).duration_trunc(chrono::Duration::seconds(1)).unwrap();
+        let timers: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO timers (name, schedule_kind, cron_expr, start_at, end_at, http_url,
+                                 retry_max_attempts, retry_initial_ms, retry_max_ms)
+             SELECT 'load-' || g, 'cron', '* * * * * *', $1, $2, $3, 8, 500, 4000
+               FROM generate_series(1, $4) AS g
+             RETURNING id",
+        )
+        .bind(start)
+        .bind(start + chrono::Duration::seconds(SECONDS))
+        .bind(sink.url("/load"))
+        .bind(TIMERS)
+        .fetch_all(&stack.db.pool)
+        .await
+        .unwrap();
+        Load { timers, start }
+    }
+
+    fn at(&self, second: i64) -> DateTime<Utc> {
+        self.start + chrono::Duration::seconds(second)
+    }
+
+    fn expected(&self) -> HashSet<String> {
+        self.timers.iter().flat_map(|id| (0..SECONDS).map(move |s| task_identity(*id, self.at(s)))).collect()
+    }
+
+    /// Waits until every due occurrence has called the sink (or `timeout`), then a little
+    /// longer for duplicates, and counts.
+    async fn audit(&self, stack: &Stack, sink: &Sink, timeout: Duration) -> Audit {
+        self.audit_calls(stack, || sink.calls(), timeout).await
+    }
+
+    /// As `audit`, over the calls `calls` returns (several sinks, e.g.).
+    async fn audit_calls(&self, stack: &Stack, calls: impl Fn() -> Vec<Call>, timeout: Duration) -> Audit {
+        let expected = self.expected();
+        let done = tokio::time::timeout(timeout, async {
+            loop {
+                let seen: HashSet<String> = calls().into_iter().filter_map(|c| c.idempotency_key).collect();
+                if expected.iter().all(|k| seen.contains(k)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        if done.is_ok() {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for c in calls() {
+            *counts.entry(c.idempotency_key.unwrap_or_default()).or_default() += 1;
+        }
+        let calls = counts;
+        let audit = Audit {
+            expected: expected.len(),
+            lost: expected.iter().filter(|k| !calls.contains_key(*k)).count(),
+            duplicated: calls.values().map(|n| n.saturating_sub(1)).sum(),
+            unexpected: calls.keys().filter(|k| !expected.contains(*k)).count(),
+        };
+        println!("{audit:?}");
+        if audit.lost > 0 {
+            println!("{}", dump_logs(stack));
+        }
+        audit
+    }
+}
+
+#[derive(Debug)]
+struct Audit {
+    expected: usize,
+    lost: usize,
+    duplicated: usize,
+    unexpected: usize,
+}
+
+/// Waits until the load's second `s` (relative to its start).
+async fn until(load: &Load, s: i64) {
+    let wait = (load.at(s) - Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scanner_killed_mid_window_loses_nothing_and_duplicates_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    let mut stack = Stack::start(&fast_recovery()).await;
+    let load = Load::start(&stack, &sink).await;
+    // Mid-window: the scanner holds claims for the next lookahead (1.5 s).
+    until(&load, 5).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stack.scanner.kill();
+    until(&load, 7).await;
+    stack.scanner.restart();
+    let audit = load.audit(&stack, &sink, Duration::from_secs(60)).await;
+    assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+    assert_eq!(audit.expected, (TIMERS * SECONDS) as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    // Slow callbacks: when the executor dies, some are in flight.
+    sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
+    let mut stack = Stack::start(&fast_recovery()).await;
+    let load = Load::start(&stack, &sink).await;
+    // Mid-callback: the second's calls go out a few ms after it starts and take 300 ms.
+    until(&load, 5).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stack.executor.kill();
+    let killed_at = Utc::now();
+    until(&load, 6).await;
+    stack.executor.restart();
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    // What may be repeated: the calls the dead executor had started and not written back
+    // (each takes 300 ms), and nothing else.
+    let in_flight: HashSet<String> = sink
+        .calls()
+        .iter()
+        .filter(|c| c.received_at <= killed_at && c.received_at > killed_at - chrono::Duration::milliseconds(500))
+        .filter_map(|c| c.idempotency_key.clone())
+        .collect();
+    let mut seen = HashSet::new();
+    let repeated: HashSet<String> =
+        sink.calls().into_iter().filter_map(|c| c.idempotency_key).filter(|k| !seen.insert(k.clone())).collect();
+    println!("in flight when killed: {}, repeated: {}", in_flight.len(), repeated.len());
+    assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
+    assert!(repeated.is_subset(&in_flight), "only calls in flight at the kill are repeated");
+    assert_eq!(audit.duplicated, repeated.len(), "each at most twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_restarted_with_durable_storage_loses_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let broker = Broker::start(true);
+    let sink = Sink::start().await;
+    let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
+    let stack = Stack::start_on(&server, &broker.brokers(), &fast_recovery()).await;
+    let load = Load::start(&stack, &sink).await;
+    until(&load, 5).await;
+    broker.kill();
+    until(&load, 7).await;
+    broker.restart();
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_services_reconnect_and_lose_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let pg = PgServer::start();
+    let sink = Sink::start().await;
+    let stack = Stack::start_on(&pg.url(), &kafka_brokers(), &fast_recovery()).await;
+    let load = Load::start(&stack, &sink).await;
+    until(&load, 5).await;
+    pg.stop();
+    until(&load, 7).await;
+    pg.restart();
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    let addr = sink.addr;
+    let stack = Stack::start(&fast_recovery()).await;
+    let load = Load::start(&stack, &sink).await;
+    until(&load, 4).await;
+    let before = sink.calls();
+    drop(sink); // connection refused from now on
+    until(&load, 7).await;
+    let sink = Sink::start_on(addr).await;
+    // The calls made before the outage went to the first sink: count them too.
+    let audit = load
+        .audit_calls(&stack, || before.iter().cloned().chain(sink.calls()).collect(), Duration::from_secs(90))
+        .await;
+    assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+    let retried: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status = 'succeeded' AND attempt > 1")
+        .fetch_one(&stack.db.pool)
+        .await
+        .unwrap();
+    let not_done: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status <> 'succeeded'")
+        .fetch_one(&stack.db.pool)
+        .await
+        .unwrap();
+    println!("succeeded after a retry: {retried}");
+    assert!(retried >= TIMERS * 2, "the outage's occurrences were retried ({retried})");
+    assert_eq!(not_done, 0);
+}
