@@ -2,7 +2,7 @@
 # `make down`: stops what `make up` started, services first, then the broker and Postgres.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run="$(pwd)/.run"
+run=${PUNCTUAL_RUN_DIR:-$(pwd)/.run}
 [ -d "$run" ] || { echo "nothing to stop"; exit 0; }
 for name in demo-sink executor scanner admin; do
   pidfile="$run/$name.pid"

@@ -5,6 +5,7 @@
 #   scripts/stack.sh tools                      install what is missing (apt, cargo)
 #   scripts/stack.sh pg-start DIR PORT          initdb DIR if needed, start Postgres on 127.0.0.1:PORT
 #   scripts/stack.sh pg-stop DIR
+#   scripts/stack.sh pg-purge DIR               stop Postgres and delete DIR and its data
 #   scripts/stack.sh broker-start DIR PORT [STORAGE]   start the broker on 127.0.0.1:PORT
 #                                               (STORAGE: memory (default) or sqlite)
 #   scripts/stack.sh broker-stop DIR
@@ -99,6 +100,19 @@ pg_stop() {
   as_pg_user "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
 }
 
+# Stops Postgres and deletes its data (also the /var/tmp folder used when $1 was not
+# reachable by the postgres user).
+pg_purge() {
+  local dir=$1
+  pg_stop "$dir"
+  if [ -f "$dir/pgdata.path" ]; then
+    local data
+    data=$(cat "$dir/pgdata.path")
+    case "$data" in /var/tmp/punctual-pg-*) rm -rf "$(dirname "$data")" ;; esac
+  fi
+  rm -rf "$dir"
+}
+
 broker_start() {
   local dir port storage bin
   dir=$1 port=$2 storage=${3:-memory}
@@ -140,7 +154,8 @@ case "$cmd" in
   tansu-bin) tansu_bin ;;
   pg-start) pg_start "$@" ;;
   pg-stop) pg_stop "$@" ;;
+  pg-purge) pg_purge "$@" ;;
   broker-start) broker_start "$@" ;;
   broker-stop) broker_stop "$@" ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,15p' "$0" >&2; exit 2 ;;
 esac

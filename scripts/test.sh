@@ -10,8 +10,7 @@ scripts/stack.sh tools
 work=$(mktemp -d /tmp/punctual-test.XXXXXX)
 cleanup() {
   scripts/stack.sh broker-stop "$work" || true
-  scripts/stack.sh pg-stop "$work" || true
-  if [ "${KEEP_TEST_STACK:-}" = "" ]; then rm -rf "$work"; fi
+  if [ "${KEEP_TEST_STACK:-}" = "" ]; then scripts/stack.sh pg-purge "$work" || true; else scripts/stack.sh pg-stop "$work" || true; fi
 }
 trap cleanup EXIT
 
@@ -30,3 +29,6 @@ export PUNCTUAL_TEST_STACK_DIR="$work"
 
 cargo build --workspace --bins
 cargo test --workspace "$@"
+
+# The README's first command, end to end.
+scripts/smoke-up.sh

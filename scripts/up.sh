@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-run="$root/.run"
+run=${PUNCTUAL_RUN_DIR:-$root/.run}
 mkdir -p "$run/logs"
 
 PG_PORT=${PUNCTUAL_UP_PG_PORT:-15432}
@@ -77,6 +77,17 @@ elif [ "$code" = 409 ]; then
   id=$(curl -fsS "http://$ADMIN_ADDR/v1/timers?namespace=demo" |
     python3 -c 'import json,sys; print([t["id"] for t in json.load(sys.stdin)["timers"] if t["name"]=="every-5-seconds"][0])')
   echo "demo timer exists already: $id"
+  # Point it at this run's demo sink, should the address have changed since.
+  patch=$(curl -fsS "http://$ADMIN_ADDR/v1/timers/$id" | python3 -c '
+import json, sys
+t = json.load(sys.stdin); url = "http://'"$SINK_ADDR"'/demo"
+if t["action"]["http"]["url"] != url:
+    t["action"]["http"]["url"] = url
+    print(json.dumps({"version": t["version"], "action": t["action"]}))')
+  if [ -n "$patch" ]; then
+    curl -fsS -X PATCH -H 'content-type: application/json' -d "$patch" "http://$ADMIN_ADDR/v1/timers/$id" >/dev/null
+    echo "demo timer now calls http://$SINK_ADDR/demo"
+  fi
 else
   echo "creating the demo timer failed (HTTP $code):"; head -n -1 <<<"$answer"; exit 1
 fi

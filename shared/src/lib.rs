@@ -6,6 +6,7 @@ pub mod config;
 pub mod db;
 pub mod kafka;
 pub mod ops;
+pub mod policy;
 pub mod retry;
 pub mod schedule;
 pub mod task;

@@ -7,7 +7,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
+use chrono::{DateTime, Duration, DurationRound, LocalResult, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// The smallest interval accepted for `interval` timers (and checked by the schema too).
@@ -43,17 +43,52 @@ impl ScheduleError {
     }
 }
 
+/// What a cron occurrence whose local time does not exist (the hour skipped when clocks
+/// spring forward) becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DstGap {
+    /// Fires once, at the first valid instant after the gap (e.g. 03:00 for 02:30).
+    #[default]
+    NextValid,
+    /// Does not fire.
+    Skip,
+}
+
+impl DstGap {
+    pub fn parse(s: &str) -> Option<DstGap> {
+        match s {
+            "next_valid" => Some(DstGap::NextValid),
+            "skip" => Some(DstGap::Skip),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DstGap::NextValid => "next_valid",
+            DstGap::Skip => "skip",
+        }
+    }
+}
+
 /// A parsed cron expression with its zone.
+///
+/// Evaluated on local wall-clock time, then mapped to UTC, which gives a DST policy that
+/// can be stated: a local time repeated when clocks fall back fires once (at its first
+/// instance); a local time skipped when they spring forward fires once at the first valid
+/// instant after the gap, or not at all ([`DstGap`]).
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     expr: String,
     parsed: cron::Schedule,
     tz: Tz,
+    dst_gap: DstGap,
 }
 
 impl PartialEq for CronSchedule {
     fn eq(&self, other: &Self) -> bool {
-        self.expr == other.expr && self.tz == other.tz
+        self.expr == other.expr && self.tz == other.tz && self.dst_gap == other.dst_gap
     }
 }
 
@@ -65,7 +100,16 @@ impl CronSchedule {
         let normalized = normalize_cron(expr);
         let parsed = cron::Schedule::from_str(&normalized)
             .map_err(|e| ScheduleError::Cron { expr: expr.to_owned(), reason: e.to_string() })?;
-        Ok(Self { expr: expr.trim().to_owned(), parsed, tz })
+        Ok(Self { expr: expr.trim().to_owned(), parsed, tz, dst_gap: DstGap::default() })
+    }
+
+    pub fn with_dst_gap(mut self, dst_gap: DstGap) -> Self {
+        self.dst_gap = dst_gap;
+        self
+    }
+
+    pub fn dst_gap(&self) -> DstGap {
+        self.dst_gap
     }
 
     pub fn expr(&self) -> &str {
@@ -77,9 +121,42 @@ impl CronSchedule {
     }
 
     fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = self.tz.from_utc_datetime(&t.naive_utc());
-        self.parsed.after(&local).next().map(|d| d.with_timezone(&Utc))
+        // Matches are searched on the local wall clock (a naive time, carried in a Utc
+        // value as a zone without transitions), then mapped back through the zone.
+        let mut wall = self.tz.from_utc_datetime(&t.naive_utc()).naive_local();
+        // Bounded: only a repeated or skipped hour makes the search go round more than once.
+        for _ in 0..100_000 {
+            let candidate = self.parsed.after(&Utc.from_utc_datetime(&wall)).next()?.naive_utc();
+            let instant = match self.tz.from_local_datetime(&candidate) {
+                LocalResult::Single(d) => Some(d.with_timezone(&Utc)),
+                // Fall-back: the first instance only; the repeat is earlier than t, or
+                // will be reached as "earlier than t" once the first has been planned.
+                LocalResult::Ambiguous(first, _) => Some(first.with_timezone(&Utc)),
+                LocalResult::None => match self.dst_gap {
+                    DstGap::NextValid => first_valid_after(self.tz, candidate),
+                    DstGap::Skip => None,
+                },
+            };
+            match instant {
+                Some(at) if at > t => return Some(at),
+                _ => wall = candidate,
+            }
+        }
+        None
     }
+}
+
+/// The first instant whose local time exists, after a local time that does not (a DST gap).
+fn first_valid_after(tz: Tz, missing: NaiveDateTime) -> Option<DateTime<Utc>> {
+    let mut wall = missing.duration_trunc(Duration::minutes(1)).ok()?;
+    for _ in 0..(48 * 60) {
+        wall += Duration::minutes(1);
+        match tz.from_local_datetime(&wall) {
+            LocalResult::Single(d) | LocalResult::Ambiguous(d, _) => return Some(d.with_timezone(&Utc)),
+            LocalResult::None => {}
+        }
+    }
+    None
 }
 
 /// A crontab line has five fields (minute hour day-of-month month day-of-week) and numbers
@@ -325,6 +402,71 @@ mod tests {
         assert_eq!(s.one_shot_at(created), Some(utc("2026-01-01T00:00:02.500Z")));
         assert_eq!(s.upcoming(created, utc("2027-01-01T00:00:00Z"), 5), vec![utc("2026-01-01T00:00:02.500Z")]);
         assert_eq!(s.next_after(created, utc("2026-01-01T00:00:02.500Z")), None);
+    }
+
+    fn cron_dst(expr: &str, tz: &str, gap: DstGap) -> Schedule {
+        let c = CronSchedule::parse(expr, tz).unwrap().with_dst_gap(gap);
+        Schedule::new(ScheduleKind::Cron(Box::new(c)), None, None).unwrap()
+    }
+
+    fn fires(s: &Schedule, from: &str, n: usize) -> Vec<DateTime<Utc>> {
+        let from = utc(from);
+        let mut out = Vec::new();
+        let mut t = from;
+        while out.len() < n {
+            t = s.next_after(from, t).unwrap();
+            out.push(t);
+        }
+        out
+    }
+
+    #[test]
+    fn spring_forward_fires_once_at_the_next_valid_instant_or_skips() {
+        // Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST; 02:30 does not exist.
+        let daily = cron_dst("0 30 2 * * *", "Europe/Berlin", DstGap::NextValid);
+        assert_eq!(
+            fires(&daily, "2026-03-28T12:00:00Z", 3),
+            // 02:30 CET; 03:00 CEST (the gap's end); 02:30 CEST.
+            vec![utc("2026-03-29T01:00:00Z"), utc("2026-03-30T00:30:00Z"), utc("2026-03-31T00:30:00Z")]
+        );
+        let skipping = cron_dst("0 30 2 * * *", "Europe/Berlin", DstGap::Skip);
+        assert_eq!(fires(&skipping, "2026-03-28T12:00:00Z", 1), vec![utc("2026-03-30T00:30:00Z")]);
+        // Every 15 minutes across the gap: the four missing quarters fire once, at 03:00.
+        let quarters = cron_dst("0 */15 * * * *", "Europe/Berlin", DstGap::NextValid);
+        assert_eq!(
+            fires(&quarters, "2026-03-29T00:40:00Z", 3),
+            vec![utc("2026-03-29T00:45:00Z"), utc("2026-03-29T01:00:00Z"), utc("2026-03-29T01:15:00Z")]
+        );
+        // New York, 2026-03-08: 02:00 EST becomes 03:00 EDT.
+        let ny = cron_dst("0 30 2 * * *", "America/New_York", DstGap::NextValid);
+        assert_eq!(
+            fires(&ny, "2026-03-07T12:00:00Z", 2),
+            vec![utc("2026-03-08T07:00:00Z"), utc("2026-03-09T06:30:00Z")]
+        );
+    }
+
+    #[test]
+    fn fall_back_fires_the_repeated_hour_once() {
+        // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET; 02:30 happens twice.
+        let daily = cron_dst("0 30 2 * * *", "Europe/Berlin", DstGap::NextValid);
+        assert_eq!(
+            fires(&daily, "2026-10-24T12:00:00Z", 2),
+            vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-26T01:30:00Z")]
+        );
+        // New York, 2026-11-01: 02:00 EDT becomes 01:00 EST; every 20 minutes through it.
+        let ny = cron_dst("0 */20 1 * * *", "America/New_York", DstGap::NextValid);
+        assert_eq!(
+            fires(&ny, "2026-11-01T04:30:00Z", 4),
+            // 01:00, 01:20, 01:40 EDT, then not again in the repeated hour: next day 01:00 EST.
+            vec![
+                utc("2026-11-01T05:00:00Z"),
+                utc("2026-11-01T05:20:00Z"),
+                utc("2026-11-01T05:40:00Z"),
+                utc("2026-11-02T06:00:00Z")
+            ]
+        );
+        // Planning that starts inside the repeated hour does not fire it again.
+        assert_eq!(fires(&ny, "2026-11-01T06:10:00Z", 1), vec![utc("2026-11-02T06:00:00Z")]);
     }
 
     #[test]

@@ -207,9 +207,27 @@ impl StartedTask {
 pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
+    // verdict: 'run'; 'cancel' (timer not active or changed; overlap 'skip'; overlap
+    // 'buffer_one' with one already waiting); 'defer' (overlap 'buffer_one': back to
+    // pending, due again shortly, until the running occurrence ends).
     sqlx::query_as::<_, StartedTask>(
         "WITH waiting AS (
-            SELECT t.id, (tm.state = 'active' AND tm.version = t.timer_version) AS runnable
+            SELECT t.id,
+                   CASE
+                     WHEN NOT (tm.state = 'active' AND tm.version = t.timer_version) THEN 'cancel'
+                     WHEN tm.overlap_policy = 'allow' THEN 'run'
+                     WHEN NOT EXISTS (SELECT 1 FROM tasks o
+                                       WHERE o.timer_id = t.timer_id AND o.status = 'running' AND o.id <> t.id) THEN 'run'
+                     WHEN tm.overlap_policy = 'buffer_one'
+                      AND NOT EXISTS (SELECT 1 FROM tasks b
+                                       WHERE b.timer_id = t.timer_id AND b.id <> t.id AND b.attempt = 1
+                                         AND b.status IN ('pending', 'claimed', 'published')
+                                         AND b.due_at > b.scheduled_at) THEN 'defer'
+                     ELSE 'cancel'
+                   END AS verdict,
+                   CASE WHEN tm.state = 'active' AND tm.version = t.timer_version
+                        THEN 'overlap: the previous run was still running'
+                        ELSE 'timer paused, deleted or changed before the occurrence ran' END AS reason
               FROM tasks t
               JOIN UNNEST($1::bigint[], $2::int[]) AS m(id, attempt) ON m.id = t.id AND m.attempt = t.attempt
               JOIN timers tm ON tm.id = t.timer_id
@@ -217,14 +235,18 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
                 OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3)
              FOR UPDATE OF t
          ), cancelled AS (
-            UPDATE tasks t SET status = 'cancelled', finished_at = now(),
-                   error = 'timer paused, deleted or changed before the occurrence ran'
+            UPDATE tasks t SET status = 'cancelled', finished_at = now(), error = w.reason
               FROM waiting w
-             WHERE t.id = w.id AND NOT w.runnable
+             WHERE t.id = w.id AND w.verdict = 'cancel'
+         ), deferred AS (
+            UPDATE tasks t SET status = 'pending', due_at = now() + interval '200 milliseconds',
+                   claim_owner = NULL, lease_until = NULL
+              FROM waiting w
+             WHERE t.id = w.id AND w.verdict = 'defer'
          ), started AS (
             UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
-             WHERE t.id = w.id AND w.runnable
+             WHERE t.id = w.id AND w.verdict = 'run'
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
          SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at,
@@ -237,6 +259,39 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
     .bind(owner)
     .fetch_all(db)
     .await
+}
+
+/// Applies each timer's misfire policy to first attempts still waiting long after they
+/// were due — pending, or claimed by a scanner whose lease has expired (the scanners were
+/// down or far behind): with `skip` all are cancelled, with `fire_once` all but the latest
+/// of each timer, with `fire_all` those older than the timer's catch-up window. In normal
+/// operation nothing is that late and the statement reads nothing: two index range scans
+/// (pending by due time, claimed by lease expiry) that find no row.
+pub async fn cancel_misfired(db: &PgPool, threshold: Duration) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query(
+        "WITH late AS (
+            SELECT id FROM tasks WHERE status = 'pending' AND due_at < now() - $1::interval AND attempt = 1
+            UNION ALL
+            SELECT id FROM tasks WHERE status = 'claimed' AND lease_until < now()
+                                   AND due_at < now() - $1::interval AND attempt = 1
+         ), missed AS (
+            SELECT t.id, tm.misfire_policy,
+                   t.scheduled_at < now() - tm.catchup_window_ms * interval '1 millisecond' AS beyond_window,
+                   row_number() OVER (PARTITION BY t.timer_id ORDER BY t.scheduled_at DESC) AS newest
+              FROM late l JOIN tasks t ON t.id = l.id JOIN timers tm ON tm.id = t.timer_id
+         )
+         UPDATE tasks t SET status = 'cancelled', finished_at = now(),
+                error = 'misfired (' || m.misfire_policy || ')'
+           FROM missed m
+          WHERE t.id = m.id AND t.status IN ('pending', 'claimed')
+            AND (m.misfire_policy = 'skip'
+                 OR (m.misfire_policy = 'fire_once' AND m.newest > 1)
+                 OR (m.misfire_policy = 'fire_all' AND m.beyond_window))",
+    )
+    .bind(threshold)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
 }
 
 /// What becomes of a task after an attempt.

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
-use crate::schedule::{CronSchedule, Schedule, ScheduleKind};
+use crate::schedule::{CronSchedule, DstGap, Schedule, ScheduleKind};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
@@ -51,6 +52,11 @@ pub struct TimerSpec {
     pub action: ActionSpec,
     #[serde(default)]
     pub retry: Option<RetryPolicy>,
+    #[serde(default)]
+    pub misfire_policy: Option<MisfirePolicy>,
+    pub catchup_window_ms: Option<i64>,
+    #[serde(default)]
+    pub overlap_policy: Option<OverlapPolicy>,
 }
 
 /// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`.
@@ -64,6 +70,7 @@ pub struct ScheduleSpec {
     pub every_ms: Option<i64>,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
+    pub dst_gap: Option<DstGap>,
 }
 
 /// Exactly one action kind.
@@ -148,6 +155,9 @@ pub struct NewTimer {
     pub schedule: Schedule,
     pub http: HttpAction,
     pub retry: RetryPolicy,
+    pub misfire_policy: MisfirePolicy,
+    pub catchup_window_ms: i64,
+    pub overlap_policy: OverlapPolicy,
 }
 
 fn check_namespace(ns: &str) -> Result<(), FieldError> {
@@ -184,7 +194,20 @@ impl TimerSpec {
             http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
         )?;
         let retry = self.retry.unwrap_or_default().validate()?;
-        Ok(NewTimer { namespace, name: self.name, schedule, http, retry })
+        let catchup_window_ms = self.catchup_window_ms.unwrap_or(DEFAULT_CATCHUP_WINDOW_MS);
+        if catchup_window_ms < 0 {
+            return Err(FieldError::new("catchup_window_ms", "must not be negative"));
+        }
+        Ok(NewTimer {
+            namespace,
+            name: self.name,
+            schedule,
+            http,
+            retry,
+            misfire_policy: self.misfire_policy.unwrap_or_default(),
+            catchup_window_ms,
+            overlap_policy: self.overlap_policy.unwrap_or_default(),
+        })
     }
 }
 
@@ -197,9 +220,13 @@ impl ScheduleSpec {
         if self.timezone.is_some() && self.cron.is_none() {
             return Err(FieldError::new("schedule.timezone", "only a cron schedule takes a time zone"));
         }
+        if self.dst_gap.is_some() && self.cron.is_none() {
+            return Err(FieldError::new("schedule.dst_gap", "only a cron schedule takes a DST policy"));
+        }
         let kind = if let Some(expr) = self.cron {
             let timezone = self.timezone.as_deref().unwrap_or("UTC");
-            ScheduleKind::Cron(Box::new(CronSchedule::parse(&expr, timezone)?))
+            let cron = CronSchedule::parse(&expr, timezone)?.with_dst_gap(self.dst_gap.unwrap_or_default());
+            ScheduleKind::Cron(Box::new(cron))
         } else if let Some(at) = self.at {
             ScheduleKind::Once { at }
         } else if let Some(delay_ms) = self.delay_ms {
@@ -222,12 +249,14 @@ pub struct ScheduleColumns {
     pub timezone: String,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
+    pub dst_gap: String,
 }
 
 impl From<&Schedule> for ScheduleColumns {
     fn from(s: &Schedule) -> Self {
         let mut c = ScheduleColumns {
             timezone: "UTC".to_owned(),
+            dst_gap: DstGap::default().as_str().to_owned(),
             start_at: s.start_at,
             end_at: s.end_at,
             ..Default::default()
@@ -249,6 +278,7 @@ impl From<&Schedule> for ScheduleColumns {
                 c.schedule_kind = "cron".into();
                 c.cron_expr = Some(cron.expr().to_owned());
                 c.timezone = cron.timezone().name().to_owned();
+                c.dst_gap = cron.dst_gap().as_str().to_owned();
             }
         }
         c
@@ -279,6 +309,10 @@ pub struct TimerRow {
     pub retry_initial_ms: i32,
     pub retry_multiplier: f64,
     pub retry_max_ms: i32,
+    pub misfire_policy: String,
+    pub catchup_window_ms: i64,
+    pub overlap_policy: String,
+    pub dst_gap: String,
     pub state: String,
     pub version: i64,
     pub created_at: DateTime<Utc>,
@@ -310,10 +344,14 @@ impl TimerRow {
                     .cron_expr
                     .as_deref()
                     .ok_or_else(|| FieldError::new("cron_expr", "cron_expr is required for a cron timer"))?;
-                ScheduleKind::Cron(Box::new(CronSchedule::parse(expr, &self.timezone).map_err(|e| {
-                    let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };
-                    FieldError::new(column, e.to_string())
-                })?))
+                let dst_gap = DstGap::parse(&self.dst_gap)
+                    .ok_or_else(|| FieldError::new("dst_gap", format!("unknown DST policy {:?}", self.dst_gap)))?;
+                ScheduleKind::Cron(Box::new(
+                    CronSchedule::parse(expr, &self.timezone).map(|c| c.with_dst_gap(dst_gap)).map_err(|e| {
+                        let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };
+                        FieldError::new(column, e.to_string())
+                    })?,
+                ))
             }
             other => return Err(FieldError::new("schedule_kind", format!("unknown schedule kind {other:?}"))),
         };
@@ -354,7 +392,7 @@ impl TimerRow {
             "once" => json!({ "at": self.run_at }),
             "delay" => json!({ "delay_ms": self.delay_ms }),
             "interval" => json!({ "every_ms": self.interval_ms }),
-            _ => json!({ "cron": self.cron_expr, "timezone": self.timezone }),
+            _ => json!({ "cron": self.cron_expr, "timezone": self.timezone, "dst_gap": self.dst_gap }),
         };
         let mut schedule = schedule;
         if let Some(start) = self.start_at {
@@ -385,6 +423,9 @@ impl TimerRow {
                 "multiplier": self.retry_multiplier,
                 "max_ms": self.retry_max_ms,
             },
+            "misfire_policy": self.misfire_policy,
+            "catchup_window_ms": self.catchup_window_ms,
+            "overlap_policy": self.overlap_policy,
             "state": self.state,
             "version": self.version,
             "created_at": self.created_at,

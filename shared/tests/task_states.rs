@@ -165,3 +165,79 @@ async fn tasks_of_paused_deleted_or_edited_timers_are_cancelled_not_run() {
         assert_eq!(row(&db, *id).await.0, "cancelled");
     }
 }
+
+async fn timer_with(db: &TestDb, column: &str, value: &str) -> Uuid {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status, {column})
+         VALUES ($1, 'cron', '* * * * * *', 'http://127.0.0.1:9/x', 'planned', '{value}') RETURNING id"
+    ))
+    .bind(Uuid::new_v4().to_string())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn late_tasks_follow_their_timers_misfire_policy() {
+    let db = TestDb::create().await;
+    let mut timers = Vec::new();
+    for policy in ["skip", "fire_once", "fire_all"] {
+        let t = timer_with(&db, "misfire_policy", policy).await;
+        // Ten occurrences an hour late (the scanners were down), and one due now.
+        let planned: Vec<PlannedTask> = (0..10)
+            .map(|i| Utc::now() - chrono::Duration::hours(1) + chrono::Duration::seconds(i))
+            .chain([Utc::now()])
+            .map(|at| PlannedTask { timer_id: t, scheduled_at: at, timer_version: 1 })
+            .collect();
+        task::plan(&db.pool, &planned).await.unwrap();
+        timers.push(t);
+    }
+    sqlx::query("UPDATE timers SET catchup_window_ms = 3595500 WHERE misfire_policy = 'fire_all'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let cancelled = task::cancel_misfired(&db.pool, Duration::from_secs(60)).await.unwrap();
+    let pending = |t: Uuid| {
+        let pool = db.pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE timer_id = $1 AND status = 'pending'")
+                .bind(t)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(pending(timers[0]).await, 1, "skip: only the one not late");
+    assert_eq!(pending(timers[1]).await, 2, "fire_once: the latest late one, and the one not late");
+    // fire_all, window 3595.5 s: of the late ones (3600 s to 3591 s ago), the 5 newest are inside.
+    assert_eq!(pending(timers[2]).await, 5 + 1, "fire_all: those within the catch-up window");
+    assert_eq!(cancelled, 10 + 9 + 5);
+    assert_eq!(task::cancel_misfired(&db.pool, Duration::from_secs(60)).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn overlapping_runs_follow_their_timers_overlap_policy() {
+    let db = TestDb::create().await;
+    for (policy, second, third) in
+        [("allow", "running", "running"), ("skip", "cancelled", "cancelled"), ("buffer_one", "pending", "cancelled")]
+    {
+        let t = timer_with(&db, "overlap_policy", policy).await;
+        let ids = claimed_tasks(&db, t, 3).await;
+        assert_eq!(task::start(&db.pool, "exec-1", &[(ids[0], 1)]).await.unwrap().len(), 1);
+        task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap();
+        task::start(&db.pool, "exec-1", &[(ids[2], 1)]).await.unwrap();
+        assert_eq!(row(&db, ids[1]).await.0, second, "{policy}: the second occurrence");
+        assert_eq!(row(&db, ids[2]).await.0, third, "{policy}: the third occurrence");
+        if policy == "buffer_one" {
+            // The buffered one runs once the first has finished.
+            let mut done = outcome(ids[0], Next::Succeeded);
+            done.error = None;
+            task::finish(&db.pool, &[done]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let again = task::claim(&db.pool, "s", Duration::from_secs(5), Duration::from_secs(30), 100).await.unwrap();
+            assert_eq!(again.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
+            assert_eq!(task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap().len(), 1);
+        }
+    }
+}

@@ -56,7 +56,7 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        self.stop();
+        run(&["pg-purge", self.dir.to_str().expect("utf-8 path")]);
     }
 }
 
@@ -100,5 +100,6 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

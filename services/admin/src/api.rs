@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
 use punctual_shared::task;
-use punctual_shared::timer::{NewTimer, ScheduleColumns, TimerRow, TimerSpec};
+use punctual_shared::timer::{FieldError, NewTimer, ScheduleColumns, TimerRow, TimerSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -27,7 +27,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/timers", post(create_timer).get(list_timers))
-        .route("/v1/timers/{id}", get(get_timer).delete(delete_timer))
+        .route("/v1/timers/{id}", get(get_timer).patch(patch_timer).delete(delete_timer))
         .route("/v1/timers/{id}/pause", post(pause_timer))
         .route("/v1/timers/{id}/resume", post(resume_timer))
         .route("/v1/timers/{id}/runs", get(list_runs))
@@ -87,58 +87,162 @@ async fn create_timer(
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(row.to_view(Utc::now()))))
 }
 
+/// The columns a timer's definition is written to, in the order [`bind_definition`] binds
+/// them ($1 to $23).
+const DEFINITION_COLUMNS: &str = "namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
+     start_at, end_at, dst_gap, http_method, http_url, http_headers, http_body, http_timeout_ms,
+     retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms,
+     misfire_policy, catchup_window_ms, overlap_policy";
+const DEFINITION_PARAMS: &str =
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23";
+
+type TimerQuery<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, TimerRow, sqlx::postgres::PgArguments>;
+
+fn bind_definition<'q>(query: TimerQuery<'q>, t: &'q NewTimer, s: &'q ScheduleColumns) -> TimerQuery<'q> {
+    query
+        .bind(&t.namespace)
+        .bind(&t.name)
+        .bind(&s.schedule_kind)
+        .bind(s.run_at)
+        .bind(s.delay_ms)
+        .bind(s.interval_ms)
+        .bind(&s.cron_expr)
+        .bind(&s.timezone)
+        .bind(s.start_at)
+        .bind(s.end_at)
+        .bind(&s.dst_gap)
+        .bind(&t.http.method)
+        .bind(&t.http.url)
+        .bind(json!(t.http.headers))
+        .bind(&t.http.body)
+        .bind(t.http.timeout_ms)
+        .bind(t.retry.max_attempts)
+        .bind(t.retry.initial_ms)
+        .bind(t.retry.multiplier)
+        .bind(t.retry.max_ms)
+        .bind(t.misfire_policy.as_str())
+        .bind(t.catchup_window_ms)
+        .bind(t.overlap_policy.as_str())
+}
+
+fn name_conflict(t: &NewTimer) -> ApiError {
+    ApiError::Conflict {
+        field: Some("name".into()),
+        detail: format!("a timer named {:?} already exists in namespace {:?}", t.name, t.namespace),
+    }
+}
+
 /// Inserts the timer for the planner to pick up (`plan_status = 'new'`, which also
 /// notifies the scanners), exactly as a plain SQL insert would: one path for both.
 async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError> {
     let s = ScheduleColumns::from(&t.schedule);
     let created_at = to_millis(Utc::now());
-    let result = sqlx::query_as::<_, TimerRow>(
-        "INSERT INTO timers (namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
-                             start_at, end_at, http_method, http_url, http_headers, http_body, http_timeout_ms,
-                             created_at, updated_at,
-                             retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16, $17, $18, $19, $20)
-         RETURNING *",
-    )
-    .bind(&t.namespace)
-    .bind(&t.name)
-    .bind(&s.schedule_kind)
-    .bind(s.run_at)
-    .bind(s.delay_ms)
-    .bind(s.interval_ms)
-    .bind(&s.cron_expr)
-    .bind(&s.timezone)
-    .bind(s.start_at)
-    .bind(s.end_at)
-    .bind(&t.http.method)
-    .bind(&t.http.url)
-    .bind(json!(t.http.headers))
-    .bind(&t.http.body)
-    .bind(t.http.timeout_ms)
-    .bind(created_at)
-    .bind(t.retry.max_attempts)
-    .bind(t.retry.initial_ms)
-    .bind(t.retry.multiplier)
-    .bind(t.retry.max_ms)
-    .fetch_one(pool)
-    .await;
-    match result {
+    let sql = format!(
+        "INSERT INTO timers ({DEFINITION_COLUMNS}, created_at, updated_at)
+         VALUES ({DEFINITION_PARAMS}, $24, $24) RETURNING *"
+    );
+    match bind_definition(sqlx::query_as(&sql), t, &s).bind(created_at).fetch_one(pool).await {
         Ok(row) => Ok(row),
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(ApiError::Conflict {
-            field: Some("name".into()),
-            detail: format!("a timer named {:?} already exists in namespace {:?}", t.name, t.namespace),
-        }),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(name_conflict(t)),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `PATCH /v1/timers/{id}`: changes any of name, schedule, action, retry and the policies.
+/// The body carries the `version` the client read; if the timer changed since, nothing is
+/// written and the answer is 409. The merged timer is checked as a whole, like a new one.
+async fn patch_timer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let row = sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
+    let patch: serde_json::Map<String, Value> = parse_json(&headers, &body)?;
+    let version = match patch.get("version") {
+        Some(v) => v.as_i64().ok_or_else(|| ApiError::BadRequest {
+            field: Some("version".into()),
+            detail: "version: must be an integer".into(),
+        })?,
+        None => {
+            return Err(ApiError::BadRequest {
+                field: Some("version".into()),
+                detail: "version: required: the version you read, so that concurrent edits are not lost".into(),
+            })
+        }
+    };
+    let current = fetch_timer(&state.pool, id).await?;
+    let view = current.to_view(Utc::now());
+    let mut spec = serde_json::Map::new();
+    for key in
+        ["namespace", "name", "schedule", "action", "retry", "misfire_policy", "catchup_window_ms", "overlap_policy"]
+    {
+        spec.insert(key.to_owned(), view[key].clone());
+    }
+    for (key, value) in patch {
+        match key.as_str() {
+            "version" => {}
+            "namespace" if value != view["namespace"] => {
+                return Err(
+                    FieldError::new("namespace", "cannot be changed; create a timer in the other namespace").into()
+                )
+            }
+            k if spec.contains_key(k) => {
+                spec.insert(key, value);
+            }
+            _ => {
+                return Err(ApiError::BadRequest { field: Some(key.clone()), detail: format!("{key}: unknown field") })
+            }
+        }
+    }
+    let spec: TimerSpec = serde_path_to_error::deserialize(Value::Object(spec)).map_err(|e| {
+        let field = e.path().to_string();
+        ApiError::BadRequest { detail: format!("{field}: {}", e.into_inner()), field: Some(field) }
+    })?;
+    let timer = spec.validate()?;
+    let s = ScheduleColumns::from(&timer.schedule);
+    let sql = format!(
+        "UPDATE timers SET ({DEFINITION_COLUMNS}) = ROW({DEFINITION_PARAMS})
+          WHERE id = $24 AND version = $25 AND state <> 'deleted' RETURNING *"
+    );
+    let updated = match bind_definition(sqlx::query_as(&sql), &timer, &s)
         .bind(id)
+        .bind(version)
         .fetch_optional(&state.pool)
+        .await
+    {
+        Ok(row) => row,
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Err(name_conflict(&timer)),
+        Err(e) => return Err(e.into()),
+    };
+    match updated {
+        Some(row) => {
+            tracing::info!(timer_id = %id, version = row.version, "timer changed");
+            Ok(Json(row.to_view(Utc::now())))
+        }
+        None => {
+            let now = fetch_timer(&state.pool, id).await?;
+            Err(ApiError::Conflict {
+                field: Some("version".into()),
+                detail: format!(
+                    "version: the timer is at version {}, not {version}: read it again and retry",
+                    now.version
+                ),
+            })
+        }
+    }
+}
+
+async fn fetch_timer(pool: &PgPool, id: Uuid) -> Result<TimerRow, ApiError> {
+    sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
+        .bind(id)
+        .fetch_optional(pool)
         .await?
-        .ok_or_else(|| not_found(id))?;
+        .ok_or_else(|| not_found(id))
+}
+
+async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let row = fetch_timer(&state.pool, parse_id(&id)?).await?;
     Ok(Json(row.to_view(Utc::now())))
 }
 

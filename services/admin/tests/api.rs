@@ -68,7 +68,12 @@ async fn create_get_list_pause_resume_delete() {
     let (status, _, timer) = api.post("/v1/timers", &example()).await;
     assert_eq!(status, 201, "{timer}");
     let id = timer["id"].as_str().unwrap().to_owned();
-    assert_eq!(timer["schedule"], json!({"cron":"0 0 2 * * *","timezone":"Europe/Berlin"}));
+    assert_eq!(timer["schedule"], json!({"cron":"0 0 2 * * *","timezone":"Europe/Berlin","dst_gap":"next_valid"}));
+    assert_eq!(timer["retry"], json!({"max_attempts":3,"initial_ms":1000,"multiplier":2.0,"max_ms":60000}));
+    assert_eq!(
+        (timer["misfire_policy"].as_str(), timer["overlap_policy"].as_str()),
+        (Some("fire_once"), Some("allow"))
+    );
     assert_eq!(timer["action"]["http"]["headers"], json!({"X-Env":"prod"}));
     assert_eq!(timer["state"], "active");
     let fires = timer["next_fire_times"].as_array().unwrap();
@@ -190,4 +195,49 @@ async fn unknown_and_malformed_ids() {
     let (status, _, metrics) = api.get("/metrics").await;
     assert_eq!(status, 200);
     assert!(metrics.as_str().unwrap().contains("punctual_timers_created_total"));
+}
+
+#[tokio::test]
+async fn patch_changes_the_definition_with_a_version_check() {
+    let api = spawn_api().await;
+    let (_, _, timer) = api.post("/v1/timers", &example()).await;
+    let id = timer["id"].as_str().unwrap().to_owned();
+    let patch = |body: Value| {
+        let client = api.client.clone();
+        let url = format!("{}/v1/timers/{id}", api.base);
+        async move { Api::read(client.patch(url).json(&body).send().await.unwrap()).await }
+    };
+    let (status, _, changed) = patch(json!({"version": 1, "schedule": {"every_ms": 60000}, "overlap_policy": "skip",
+                                            "retry": {"max_attempts": 5}}))
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["version"], 2);
+    assert_eq!(changed["schedule"], json!({"every_ms": 60000}));
+    assert_eq!(changed["overlap_policy"], "skip");
+    assert_eq!(changed["retry"]["max_attempts"], 5);
+    assert_eq!(changed["action"], timer["action"], "what the patch does not name stays");
+    assert_eq!(changed["plan_status"], "new", "re-planned with the new schedule");
+
+    // A writer holding the old version loses, and nothing is written.
+    let (status, ct, problem) = patch(json!({"version": 1, "name": "other"})).await;
+    assert_eq!(
+        (status, ct.as_deref(), &problem["field"]),
+        (409, Some("application/problem+json"), &json!("version")),
+        "{problem}"
+    );
+    let (_, _, now) = api.get(&format!("/v1/timers/{id}")).await;
+    assert_eq!((now["name"].as_str(), now["version"].as_i64()), (Some("nightly-invoices"), Some(2)));
+
+    for (body, status, field) in [
+        (json!({"schedule": {"every_ms": 60000}}), 400, "version"),
+        (json!({"version": 2, "schedule": {"cron": "nope"}}), 422, "schedule.cron"),
+        (json!({"version": 2, "namespace": "elsewhere"}), 422, "namespace"),
+        (json!({"version": 2, "colour": "red"}), 400, "colour"),
+        (json!({"version": 2, "overlap_policy": "sometimes"}), 400, "overlap_policy"),
+    ] {
+        let (got, _, problem) = patch(body.clone()).await;
+        assert_eq!((got, &problem["field"]), (status, &json!(field)), "{body} → {problem}");
+    }
+    let (_, _, after) = api.get(&format!("/v1/timers/{id}")).await;
+    assert_eq!(after["version"], 2, "rejected patches write nothing");
 }

@@ -199,6 +199,11 @@ async fn scan_once(
             break;
         }
     }
+    let misfired = task::cancel_misfired(pool, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
+    if misfired > 0 {
+        metrics.misfired.inc_by(misfired);
+        tracing::info!(count = misfired, "occurrences cancelled by their timers' misfire policies");
+    }
     loop {
         if metrics.held.get() as usize >= config.max_held {
             break;

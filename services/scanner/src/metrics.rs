@@ -12,6 +12,7 @@ pub struct Metrics {
     pub publish_errors: IntCounter,
     pub fenced: IntCounter,
     pub scan_errors: IntCounter,
+    pub misfired: IntCounter,
     pub held: IntGauge,
     pub publish_lag: Histogram,
 }
@@ -32,6 +33,8 @@ impl Metrics {
             counter("punctual_publish_errors_total", "Tasks whose publish failed (left to be re-claimed)");
         let fenced = counter("punctual_tasks_fenced_total", "Held tasks dropped because their claim had expired");
         let scan_errors = counter("punctual_scan_errors_total", "Planning or claiming passes that failed");
+        let misfired =
+            counter("punctual_tasks_misfired_total", "Late occurrences cancelled by their timers' misfire policies");
         let held =
             IntGauge::new("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel").expect("valid metric");
         registry.register(Box::new(held.clone())).expect("unique metric");
@@ -50,6 +53,7 @@ impl Metrics {
             publish_errors,
             fenced,
             scan_errors,
+            misfired,
             held,
             publish_lag,
         }

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::task::{self, PlannedTask};
 use punctual_shared::timer::TimerRow;
 use sqlx::PgPool;
@@ -136,26 +137,35 @@ impl Planner {
             let Some(first) = row.next_plan_at else {
                 continue;
             };
+            let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
+            let catchup_from = now - chrono::Duration::milliseconds(row.catchup_window_ms);
             let planned_before = tasks.len();
-            let mut missed: Option<DateTime<Utc>> = None;
+            let mut latest_missed: Option<DateTime<Utc>> = None;
             let mut next = Some(first);
             while let Some(at) = next {
                 if at >= plan_until || tasks.len() - planned_before >= MAX_OCCURRENCES_PER_PASS {
                     break;
                 }
-                if at < now - misfire {
-                    // Missed by more than the misfire threshold: of a run of such
-                    // occurrences only the latest is fired (fire-once).
-                    missed = Some(at);
-                } else {
-                    if let Some(m) = missed.take() {
+                let missed = at < now - misfire;
+                let keep = match (missed, policy) {
+                    (false, _) => true,
+                    (true, MisfirePolicy::Skip) => false,
+                    // Of a run of missed occurrences only the latest fires: remember it.
+                    (true, MisfirePolicy::FireOnce) => {
+                        latest_missed = Some(at);
+                        false
+                    }
+                    (true, MisfirePolicy::FireAll) => at >= catchup_from,
+                };
+                if keep {
+                    if let Some(m) = latest_missed.take() {
                         tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
                     }
                     tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
                 }
                 next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
             }
-            if let Some(m) = missed {
+            if let Some(m) = latest_missed {
                 tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
             }
             updates.push(match next {

@@ -172,3 +172,29 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     assert_eq!(task::mark_published(&db.pool, "a", &ids).await.unwrap(), 0);
     assert_eq!(task::mark_published(&db.pool, "c", &ids).await.unwrap(), 200);
 }
+
+#[tokio::test]
+async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
+    let db = TestDb::create().await;
+    let hour_ago = (Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let mut ids = Vec::new();
+    for (policy, window) in [("skip", 3_600_000), ("fire_once", 3_600_000), ("fire_all", 600_000)] {
+        ids.push(
+            insert_sql(
+                &db,
+                "name, schedule_kind, cron_expr, http_url, plan_status, next_plan_at, misfire_policy, catchup_window_ms",
+                &format!("'{policy}', 'cron', '* * * * * *', 'http://127.0.0.1:1/x', 'planned', '{hour_ago}', '{policy}', {window}"),
+            )
+            .await,
+        );
+    }
+    let now = Utc::now();
+    planner().plan_due(&db.pool, now).await.unwrap();
+    let missed =
+        |times: Vec<DateTime<Utc>>| times.into_iter().filter(|t| *t < now - chrono::Duration::seconds(60)).count();
+    assert_eq!(missed(task_times(&db, ids[0]).await), 0, "skip");
+    assert_eq!(missed(task_times(&db, ids[1]).await), 1, "fire_once");
+    // fire_all within a 10-minute catch-up window: the 9 minutes of it beyond the threshold.
+    let all = missed(task_times(&db, ids[2]).await);
+    assert!((539..=541).contains(&all), "fire_all: {all}");
+}

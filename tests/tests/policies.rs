@@ -1,0 +1,115 @@
+//! Misfire and overlap policies on the real stack: the scanner stopped across scheduled
+//! occurrences, and callbacks slower than the schedule.
+
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, Utc};
+use punctual_testkit::stack::dump_logs;
+use punctual_testkit::{Behaviour, Call, Sink, Stack};
+use serde_json::json;
+
+fn whole_second_in(s: i64) -> DateTime<Utc> {
+    (Utc::now() + chrono::Duration::seconds(s)).duration_trunc(chrono::Duration::seconds(1)).unwrap()
+}
+
+async fn sleep_until(t: DateTime<Utc>) {
+    tokio::time::sleep((t - Utc::now()).to_std().unwrap_or_default()).await;
+}
+
+fn scheduled(calls: &[Call]) -> Vec<DateTime<Utc>> {
+    let mut v: Vec<_> = calls.iter().filter_map(Call::scheduled_at).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misfire_policies_after_the_scanner_was_down() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start(&[
+        ("PUNCTUAL_MISFIRE_THRESHOLD_MS", "1000".into()),
+        ("PUNCTUAL_LOOKAHEAD_MS", "1000".into()),
+        ("PUNCTUAL_LEASE_MS", "2500".into()),
+    ])
+    .await;
+    for policy in ["skip", "fire_once", "fire_all"] {
+        stack
+            .create_timer(&json!({"name": policy, "schedule": {"cron": "* * * * * *"}, "misfire_policy": policy,
+                "action": {"http": {"url": sink.url(&format!("/{policy}"))}}}))
+            .await;
+    }
+    let stop = whole_second_in(3);
+    sleep_until(stop).await;
+    assert!(stack.scanner.stop(Duration::from_secs(10)), "graceful stop");
+    let restart = whole_second_in(5) + chrono::Duration::milliseconds(500);
+    sleep_until(restart).await;
+    stack.scanner.restart();
+    stack.scanner.wait_healthy(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // The occurrences due while the scanner was down: stop+1 s … stop+5 s. Those more than
+    // the threshold (1 s) late when it came back are the first three, at least.
+    let fired = |path: &str, from: i64, to: DateTime<Utc>| {
+        scheduled(&sink.calls_to(path))
+            .into_iter()
+            .filter(|t| *t >= stop + chrono::Duration::seconds(from) && *t < to)
+            .count()
+    };
+    let down_end = restart;
+    let surely_missed_end = stop + chrono::Duration::seconds(4);
+    let (skip, once, all) =
+        (fired("/skip", 1, down_end), fired("/fire_once", 1, down_end), fired("/fire_all", 1, down_end));
+    println!("of 5 occurrences due while the scanner was down, fired: skip {skip}, fire_once {once}, fire_all {all}");
+    assert_eq!(fired("/skip", 1, surely_missed_end), 0, "skip fires none of the missed\n{}", dump_logs(&stack));
+    assert!(skip <= 2, "skip: only those within the threshold: {skip}");
+    assert!((1..=2).contains(&once), "fire_once: one for the missed, and those within the threshold: {once}");
+    assert_eq!(all, 5, "fire_all fires each missed occurrence");
+    // And every policy keeps firing afterwards, each occurrence once.
+    for path in ["/skip", "/fire_once", "/fire_all"] {
+        let times = scheduled(&sink.calls_to(path));
+        assert!(times.iter().any(|t| *t > restart + chrono::Duration::seconds(1)), "{path} fires again");
+        let mut unique = times.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), times.len(), "{path}: no occurrence twice");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_policies_with_callbacks_slower_than_the_schedule() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    let start = whole_second_in(3);
+    for policy in ["allow", "skip", "buffer_one"] {
+        let path = format!("/{policy}");
+        sink.behave(&path, Behaviour::slow(Duration::from_millis(2_500)));
+        stack
+            .create_timer(&json!({"name": policy, "overlap_policy": policy,
+                "schedule": {"cron": "* * * * * *", "start_at": start, "end_at": start + chrono::Duration::seconds(6)},
+                "action": {"http": {"url": sink.url(&path), "timeout_ms": 10000}}}))
+            .await;
+    }
+    sleep_until(start + chrono::Duration::seconds(14)).await;
+    let allow = sink.calls_to("/allow");
+    let skip = sink.calls_to("/skip");
+    let buffer = sink.calls_to("/buffer_one");
+    println!("calls: allow {}, skip {}, buffer_one {}", allow.len(), skip.len(), buffer.len());
+    assert_eq!(allow.len(), 6, "allow runs every occurrence\n{}", dump_logs(&stack));
+    // skip: a run every 3 s (each takes 2.5 s): occurrences 0 and 3.
+    assert_eq!(scheduled(&skip), vec![start, start + chrono::Duration::seconds(3)]);
+    // buffer_one: more than skip, fewer than allow, and never two at once.
+    assert!(buffer.len() > skip.len() && buffer.len() < allow.len(), "buffer_one {}", buffer.len());
+    for calls in [&skip, &buffer] {
+        for pair in calls.windows(2) {
+            let gap = pair[1].received_at - pair[0].received_at;
+            assert!(gap >= chrono::Duration::milliseconds(2_400), "runs overlapped: {gap}");
+        }
+    }
+    let not_run: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT status, error FROM tasks WHERE status <> 'succeeded'")
+            .fetch_all(&stack.db.pool)
+            .await
+            .unwrap();
+    assert!(
+        not_run.iter().all(|(s, e)| s == "cancelled" && e.as_deref().unwrap_or("").starts_with("overlap")),
+        "{not_run:?}"
+    );
+}
