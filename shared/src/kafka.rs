@@ -14,6 +14,8 @@ use crate::config::KafkaConfig;
 pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.kafka_brokers);
+    // Notice a topic re-created (after a broker lost it) within seconds, not minutes.
+    c.set("topic.metadata.refresh.interval.ms", "10000");
     c
 }
 

@@ -163,6 +163,21 @@ pub async fn mark_published(db: &PgPool, owner: &str, ids: &[i64]) -> Result<u64
     Ok(result.rows_affected())
 }
 
+/// Sends back to `pending` (due now) the tasks published more than `after` ago and still
+/// not started: the broker may have lost their messages (a broker without durable
+/// storage restarted, a topic deleted). If a message was only slow, the executor starts
+/// whichever copy comes first and skips the other. Returns how many were sent back.
+pub async fn republish_stale(db: &PgPool, after: Duration) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE tasks SET status = 'pending', due_at = now(), claim_owner = NULL, lease_until = NULL
+          WHERE status = 'published' AND published_at < now() - $1::interval",
+    )
+    .bind(after)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
+}
+
 /// A task that the executor now runs, with its timer's action and retry policy.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StartedTask {
@@ -171,11 +186,16 @@ pub struct StartedTask {
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
     pub started_at: DateTime<Utc>,
+    pub action_kind: String,
     pub http_method: String,
     pub http_url: Option<String>,
     pub http_headers: Value,
     pub http_body: Option<Value>,
     pub http_timeout_ms: i32,
+    pub kafka_topic: Option<String>,
+    pub kafka_key: Option<String>,
+    pub kafka_headers: Value,
+    pub kafka_value: Option<Value>,
     pub retry_max_attempts: i32,
     pub retry_initial_ms: i32,
     pub retry_multiplier: f64,
@@ -249,8 +269,9 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
              WHERE t.id = w.id AND w.verdict = 'run'
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
-         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at,
+         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, tm.action_kind,
                 tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
+                tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value,
                 tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms
            FROM started s JOIN timers tm ON tm.id = s.timer_id",
     )

@@ -1,7 +1,7 @@
 //! Timers: what users define, through the admin API (JSON) or plain SQL (a `timers` row).
 //!
 //! Both ways in end in the same checks: [`TimerSpec::validate`] for API input, and
-//! [`TimerRow::schedule`] / [`TimerRow::http_action`] for rows the planner reads. Each
+//! [`TimerRow::schedule`] / [`TimerRow::action`] for rows the planner reads. Each
 //! failure is a [`FieldError`] that names the field, so the API can answer with
 //! problem+json and the planner can mark the row invalid with a reason.
 
@@ -78,6 +78,74 @@ pub struct ScheduleSpec {
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
     pub http: Option<HttpActionSpec>,
+    pub kafka: Option<KafkaActionSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaActionSpec {
+    pub topic: String,
+    pub key: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub value: Value,
+}
+
+/// A message to publish, checked. The key defaults to the occurrence's identity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KafkaAction {
+    pub topic: String,
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub value: Value,
+}
+
+impl KafkaAction {
+    pub fn new(
+        topic: &str,
+        key: Option<String>,
+        headers: BTreeMap<String, String>,
+        value: Value,
+    ) -> Result<Self, FieldError> {
+        let legal = (1..=249).contains(&topic.len())
+            && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && topic != "."
+            && topic != "..";
+        if !legal {
+            return Err(FieldError::new("action.kafka.topic", format!("not a legal topic name: {topic:?}")));
+        }
+        if let Some(name) = headers.keys().find(|n| n.is_empty()) {
+            return Err(FieldError::new(format!("action.kafka.headers.{name}"), "header names must not be empty"));
+        }
+        Ok(Self { topic: topic.to_owned(), key, headers, value })
+    }
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Http(HttpAction),
+    Kafka(KafkaAction),
+}
+
+impl ActionSpec {
+    pub fn validate(self) -> Result<Action, FieldError> {
+        match (self.http, self.kafka) {
+            (Some(http), None) => Ok(Action::Http(HttpAction::new(
+                http.method.as_deref().unwrap_or("POST"),
+                &http.url,
+                http.headers,
+                http.body,
+                http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
+            )?)),
+            (None, Some(k)) => Ok(Action::Kafka(KafkaAction::new(&k.topic, k.key, k.headers, k.value)?)),
+            _ => Err(FieldError::new(
+                "action",
+                "exactly one action is required: {\"http\": {...}} or {\"kafka\": {...}}",
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,7 +221,7 @@ pub struct NewTimer {
     pub namespace: String,
     pub name: String,
     pub schedule: Schedule,
-    pub http: HttpAction,
+    pub action: Action,
     pub retry: RetryPolicy,
     pub misfire_policy: MisfirePolicy,
     pub catchup_window_ms: i64,
@@ -183,16 +251,7 @@ impl TimerSpec {
         check_namespace(&namespace)?;
         check_name(&self.name)?;
         let schedule = self.schedule.validate()?;
-        let Some(http) = self.action.http else {
-            return Err(FieldError::new("action", "exactly one action is required: {\"http\": {...}}"));
-        };
-        let http = HttpAction::new(
-            http.method.as_deref().unwrap_or("POST"),
-            &http.url,
-            http.headers,
-            http.body,
-            http.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS as i64),
-        )?;
+        let action = self.action.validate()?;
         let retry = self.retry.unwrap_or_default().validate()?;
         let catchup_window_ms = self.catchup_window_ms.unwrap_or(DEFAULT_CATCHUP_WINDOW_MS);
         if catchup_window_ms < 0 {
@@ -202,7 +261,7 @@ impl TimerSpec {
             namespace,
             name: self.name,
             schedule,
-            http,
+            action,
             retry,
             misfire_policy: self.misfire_policy.unwrap_or_default(),
             catchup_window_ms,
@@ -305,6 +364,10 @@ pub struct TimerRow {
     pub http_headers: Value,
     pub http_body: Option<Value>,
     pub http_timeout_ms: i32,
+    pub kafka_topic: Option<String>,
+    pub kafka_key: Option<String>,
+    pub kafka_headers: Value,
+    pub kafka_value: Option<Value>,
     pub retry_max_attempts: i32,
     pub retry_initial_ms: i32,
     pub retry_multiplier: f64,
@@ -366,7 +429,25 @@ impl TimerRow {
     }
 
     /// Parses the action columns; the error names the column at fault.
-    pub fn http_action(&self) -> Result<HttpAction, FieldError> {
+    pub fn action(&self) -> Result<Action, FieldError> {
+        match self.action_kind.as_str() {
+            "kafka" => {
+                let topic = self
+                    .kafka_topic
+                    .as_deref()
+                    .ok_or_else(|| FieldError::new("kafka_topic", "kafka_topic is required for a kafka action"))?;
+                let headers: BTreeMap<String, String> = serde_json::from_value(self.kafka_headers.clone())
+                    .map_err(|_| FieldError::new("kafka_headers", "kafka_headers must be a JSON object of strings"))?;
+                let value = self.kafka_value.clone().unwrap_or(Value::Null);
+                KafkaAction::new(topic, self.kafka_key.clone(), headers, value)
+                    .map(Action::Kafka)
+                    .map_err(|e| FieldError::new(e.field.replacen("action.kafka.", "kafka_", 1), e.message))
+            }
+            _ => self.http_action().map(Action::Http),
+        }
+    }
+
+    fn http_action(&self) -> Result<HttpAction, FieldError> {
         let url = self
             .http_url
             .as_deref()
@@ -410,13 +491,22 @@ impl TimerRow {
             "namespace": self.namespace,
             "name": self.name,
             "schedule": schedule,
-            "action": { "http": {
-                "method": self.http_method,
-                "url": self.http_url,
-                "headers": self.http_headers,
-                "body": self.http_body,
-                "timeout_ms": self.http_timeout_ms,
-            }},
+            "action": if self.action_kind == "kafka" {
+                json!({ "kafka": {
+                    "topic": self.kafka_topic,
+                    "key": self.kafka_key,
+                    "headers": self.kafka_headers,
+                    "value": self.kafka_value,
+                }})
+            } else {
+                json!({ "http": {
+                    "method": self.http_method,
+                    "url": self.http_url,
+                    "headers": self.http_headers,
+                    "body": self.http_body,
+                    "timeout_ms": self.http_timeout_ms,
+                }})
+            },
             "retry": {
                 "max_attempts": self.retry_max_attempts,
                 "initial_ms": self.retry_initial_ms,
@@ -459,8 +549,9 @@ mod tests {
     #[test]
     fn the_documented_example_is_valid() {
         let t = spec(base()).unwrap();
-        assert_eq!(t.http.method, "POST");
-        assert_eq!(t.http.timeout_ms, 5000);
+        let Action::Http(http) = &t.action else { panic!("an http action") };
+        assert_eq!(http.method, "POST");
+        assert_eq!(http.timeout_ms, 5000);
         assert!(matches!(t.schedule.kind, ScheduleKind::Cron(_)));
     }
 

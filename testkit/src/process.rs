@@ -102,6 +102,22 @@ impl ServiceProcess {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
+    /// SIGSTOP: the process freezes (as in a long pause of its host), holding what it holds.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after `freeze`.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").arg(sig).arg(child.id().to_string()).status();
+        }
+    }
+
     /// SIGKILL, no chance to clean up.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

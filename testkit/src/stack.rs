@@ -15,22 +15,24 @@ pub struct Stack {
     pub scanner: ServiceProcess,
     pub executor: ServiceProcess,
     pub http: reqwest::Client,
+    /// The environment every service was started with.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Stack {
     /// Starts the three services (with `extra` environment for all) and waits until each
     /// is healthy.
-    pub async fn start(extra: &[(&str, String)]) -> Stack {
+    pub async fn start(extra: &[(&'static str, String)]) -> Stack {
         let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").expect("PUNCTUAL_TEST_DATABASE_URL (run `make test`)");
         Self::start_on(&server, &kafka_brokers(), extra).await
     }
 
     /// Against a Postgres server and brokers of the test's own.
-    pub async fn start_on(database_server: &str, brokers: &str, extra: &[(&str, String)]) -> Stack {
+    pub async fn start_on(database_server: &str, brokers: &str, extra: &[(&'static str, String)]) -> Stack {
         let db = TestDb::create_on(database_server).await;
         let topic = unique_name("punctual.tasks");
         let dead_topic = unique_name("punctual.dead");
-        let mut env: Vec<(&str, String)> = vec![
+        let mut env: Vec<(&'static str, String)> = vec![
             ("PUNCTUAL_DATABASE_URL", db.url.clone()),
             ("PUNCTUAL_KAFKA_BROKERS", brokers.to_owned()),
             ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
@@ -48,7 +50,15 @@ impl Stack {
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
-        Stack { db, topic, dead_topic, admin, scanner, executor, http: reqwest::Client::new() }
+        Stack { db, topic, dead_topic, admin, scanner, executor, http: reqwest::Client::new(), env }
+    }
+
+    /// One more instance of `binary` (e.g. a second scanner) against the same database and
+    /// topics, healthy.
+    pub async fn start_another(&self, binary: &str, port_var: &str) -> ServiceProcess {
+        let mut p = ServiceProcess::start(binary, &unique_name(binary), port_var, &self.env);
+        p.wait_healthy(Duration::from_secs(60)).await;
+        p
     }
 
     /// `POST /v1/timers`; panics unless the answer is 201. Returns the stored timer.
@@ -102,10 +112,18 @@ pub fn dump_logs(stack: &Stack) -> String {
         .join("\n")
 }
 
-/// Reads `topic` from the beginning until `n` messages arrived or `timeout` passed;
-/// returns (key, payload) pairs.
-pub async fn read_topic(topic: &str, n: usize, timeout: Duration) -> Vec<(String, Vec<u8>)> {
+/// A message read from a topic.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub key: String,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Reads `topic` from the beginning until `n` messages arrived or `timeout` passed.
+pub async fn read_topic(topic: &str, n: usize, timeout: Duration) -> Vec<Record> {
     use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Headers;
     use rdkafka::Message;
     let consumer: StreamConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
@@ -119,13 +137,34 @@ pub async fn read_topic(topic: &str, n: usize, timeout: Duration) -> Vec<(String
     let deadline = tokio::time::Instant::now() + timeout;
     while out.len() < n {
         match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(Ok(m)) => out.push((
-                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                m.payload().unwrap_or_default().to_vec(),
-            )),
+            Ok(Ok(m)) => out.push(Record {
+                key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                payload: m.payload().unwrap_or_default().to_vec(),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }),
             Ok(Err(e)) => tracing::warn!(error = %e, "reading {topic}"),
             Err(_) => break,
         }
     }
     out
+}
+
+/// Creates a topic (for a test's own Kafka action target).
+pub async fn create_topic(topic: &str, partitions: i32) {
+    let cfg = punctual_shared::config::KafkaConfig {
+        kafka_brokers: kafka_brokers(),
+        tasks_topic: topic.to_owned(),
+        tasks_partitions: partitions,
+        topic_replication: 1,
+    };
+    punctual_shared::kafka::ensure_topic(&cfg, topic, partitions).await.expect("create topic");
 }

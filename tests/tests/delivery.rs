@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use punctual_testkit::stack::{dump_logs, read_topic};
+use punctual_testkit::stack::{create_topic, dump_logs, read_topic};
+use punctual_testkit::unique_name;
 use punctual_testkit::{eventually, Behaviour, Sink, Stack};
 use serde_json::{json, Value};
 
@@ -63,9 +64,9 @@ async fn the_last_failure_is_dead_lettered_and_can_be_replayed() {
     assert_eq!(letters.len(), 2, "two dead letters\n{}", dump_logs(&stack));
     assert_eq!(sink.calls_to("/down").len(), 2, "max_attempts = 2");
     assert_eq!(sink.calls_to("/gone").len(), 1, "a 404 is not retried");
-    for (key, payload) in &letters {
-        let letter: Value = serde_json::from_slice(payload).unwrap();
-        assert_eq!(&letter["idempotency_key"], key);
+    for record in &letters {
+        let letter: Value = serde_json::from_slice(&record.payload).unwrap();
+        assert_eq!(letter["idempotency_key"], record.key.as_str());
         let (attempts, status) = if letter["timer_id"] == down.as_str() { (2, 500) } else { (1, 404) };
         assert_eq!(letter["attempts"], attempts, "{letter}");
         assert_eq!(letter["http_status"], status);
@@ -108,4 +109,40 @@ async fn retry_after_is_honoured() {
     let gap = calls[1].received_at - calls[0].received_at;
     assert!(gap >= chrono::Duration::milliseconds(1_950), "Retry-After: 2 honoured, waited {gap}");
     assert!(gap <= chrono::Duration::milliseconds(3_000), "but not much longer: {gap}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_action_publishes_once_with_the_identity_header() {
+    let stack = Stack::start(&[]).await;
+    let topic = unique_name("target");
+    create_topic(&topic, 2).await;
+    let at = Utc::now() + chrono::Duration::milliseconds(1_500);
+    let timer = stack
+        .create_timer(&json!({"name": "to-kafka", "schedule": {"at": at},
+            "action": {"kafka": {"topic": topic, "headers": {"x-env": "prod"}, "value": {"k": 1}}}}))
+        .await;
+    assert_eq!(timer["action"]["kafka"]["topic"], topic.as_str());
+    let records = read_topic(&topic, 2, Duration::from_secs(15)).await;
+    assert_eq!(records.len(), 1, "one message\n{}", dump_logs(&stack));
+    let identity = punctual_shared::timer::task_identity(
+        timer["id"].as_str().unwrap().parse().unwrap(),
+        punctual_shared::schedule::to_millis(at),
+    );
+    let record = &records[0];
+    assert_eq!(record.key, identity, "keyed by the occurrence");
+    assert!(record.headers.contains(&("punctual-idempotency-key".to_owned(), identity.clone())));
+    assert!(record.headers.contains(&("x-env".to_owned(), "prod".to_owned())));
+    assert_eq!(serde_json::from_slice::<Value>(&record.payload).unwrap(), json!({"k": 1}));
+    let runs = stack.runs(timer["id"].as_str().unwrap()).await;
+    assert_eq!(runs[0]["status"], "succeeded");
+    // A bad topic name is refused with the field named.
+    let r = stack
+        .http
+        .post(stack.admin.url("/v1/timers"))
+        .json(&json!({"name": "bad", "schedule": {"delay_ms": 1000}, "action": {"kafka": {"topic": "no spaces"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(r.json::<Value>().await.unwrap()["field"], "action.kafka.topic");
 }

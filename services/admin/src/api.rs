@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
 use punctual_shared::task;
-use punctual_shared::timer::{FieldError, NewTimer, ScheduleColumns, TimerRow, TimerSpec};
+use punctual_shared::timer::{Action, FieldError, NewTimer, ScheduleColumns, TimerRow, TimerSpec, DEFAULT_TIMEOUT_MS};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -88,18 +88,22 @@ async fn create_timer(
 }
 
 /// The columns a timer's definition is written to, in the order [`bind_definition`] binds
-/// them ($1 to $23).
+/// them ($1 to $28).
 const DEFINITION_COLUMNS: &str = "namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
-     start_at, end_at, dst_gap, http_method, http_url, http_headers, http_body, http_timeout_ms,
+     start_at, end_at, dst_gap, action_kind, http_method, http_url, http_headers, http_body, http_timeout_ms,
+     kafka_topic, kafka_key, kafka_headers, kafka_value,
      retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms,
      misfire_policy, catchup_window_ms, overlap_policy";
 const DEFINITION_PARAMS: &str =
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23";
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+     $21, $22, $23, $24, $25, $26, $27, $28";
+/// The first parameter after the definition's.
+const NEXT_PARAM: usize = 29;
 
 type TimerQuery<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, TimerRow, sqlx::postgres::PgArguments>;
 
 fn bind_definition<'q>(query: TimerQuery<'q>, t: &'q NewTimer, s: &'q ScheduleColumns) -> TimerQuery<'q> {
-    query
+    let query = query
         .bind(&t.namespace)
         .bind(&t.name)
         .bind(&s.schedule_kind)
@@ -111,11 +115,34 @@ fn bind_definition<'q>(query: TimerQuery<'q>, t: &'q NewTimer, s: &'q ScheduleCo
         .bind(s.start_at)
         .bind(s.end_at)
         .bind(&s.dst_gap)
-        .bind(&t.http.method)
-        .bind(&t.http.url)
-        .bind(json!(t.http.headers))
-        .bind(&t.http.body)
-        .bind(t.http.timeout_ms)
+        .bind(match &t.action {
+            Action::Http(_) => "http",
+            Action::Kafka(_) => "kafka",
+        });
+    // The columns of the other kind keep their defaults.
+    let query = match &t.action {
+        Action::Http(h) => query
+            .bind(&h.method)
+            .bind(Some(&h.url))
+            .bind(json!(h.headers))
+            .bind(&h.body)
+            .bind(h.timeout_ms)
+            .bind(None::<&str>)
+            .bind(None::<&str>)
+            .bind(json!({}))
+            .bind(None::<&Value>),
+        Action::Kafka(k) => query
+            .bind("POST")
+            .bind(None::<&str>)
+            .bind(json!({}))
+            .bind(None::<&Value>)
+            .bind(DEFAULT_TIMEOUT_MS)
+            .bind(Some(&k.topic))
+            .bind(&k.key)
+            .bind(json!(k.headers))
+            .bind(Some(&k.value)),
+    };
+    query
         .bind(t.retry.max_attempts)
         .bind(t.retry.initial_ms)
         .bind(t.retry.multiplier)
@@ -139,7 +166,7 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
     let created_at = to_millis(Utc::now());
     let sql = format!(
         "INSERT INTO timers ({DEFINITION_COLUMNS}, created_at, updated_at)
-         VALUES ({DEFINITION_PARAMS}, $24, $24) RETURNING *"
+         VALUES ({DEFINITION_PARAMS}, ${NEXT_PARAM}, ${NEXT_PARAM}) RETURNING *"
     );
     match bind_definition(sqlx::query_as(&sql), t, &s).bind(created_at).fetch_one(pool).await {
         Ok(row) => Ok(row),
@@ -203,7 +230,8 @@ async fn patch_timer(
     let s = ScheduleColumns::from(&timer.schedule);
     let sql = format!(
         "UPDATE timers SET ({DEFINITION_COLUMNS}) = ROW({DEFINITION_PARAMS})
-          WHERE id = $24 AND version = $25 AND state <> 'deleted' RETURNING *"
+          WHERE id = ${NEXT_PARAM} AND version = ${} AND state <> 'deleted' RETURNING *",
+        NEXT_PARAM + 1
     );
     let updated = match bind_definition(sqlx::query_as(&sql), &timer, &s)
         .bind(id)

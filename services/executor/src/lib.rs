@@ -9,6 +9,7 @@
 
 pub mod callback;
 pub mod config;
+pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
 
@@ -21,9 +22,11 @@ use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
 use punctual_shared::{db, kafka, ops};
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
+use rdkafka::TopicPartitionList;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -40,14 +43,33 @@ const START_BATCH: usize = 1_000;
 pub struct App {
     config: ExecutorConfig,
     owner: String,
-    dead_letters: FutureProducer,
+    /// Idempotent: dead letters and Kafka actions.
+    producer: FutureProducer,
     pool: PgPool,
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<TaskConsumer>,
     http: reqwest::Client,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
 }
+
+/// Logs partition assignments, so a group that does not settle can be seen.
+pub struct ExecutorContext;
+
+impl ClientContext for ExecutorContext {}
+
+impl ConsumerContext for ExecutorContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let partitions = |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| e.partition()).collect::<Vec<_>>();
+        match rebalance {
+            Rebalance::Assign(tpl) => tracing::info!(partitions = ?partitions(tpl), "partitions assigned"),
+            Rebalance::Revoke(tpl) => tracing::info!(partitions = ?partitions(tpl), "partitions revoked"),
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
+        }
+    }
+}
+
+type TaskConsumer = StreamConsumer<ExecutorContext>;
 
 /// A message's place in its partition.
 #[derive(Debug, Clone, Copy)]
@@ -78,12 +100,12 @@ impl App {
             .executor_id
             .clone()
             .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-        let dead_letters: FutureProducer = kafka::client_config(&config.kafka)
+        let producer: FutureProducer = kafka::client_config(&config.kafka)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .create()
-            .context("creating the dead-letter producer")?;
-        let consumer: StreamConsumer = kafka::client_config(&config.kafka)
+            .context("creating the producer")?;
+        let consumer: TaskConsumer = kafka::client_config(&config.kafka)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "true")
             .set("auto.commit.interval.ms", "1000")
@@ -93,7 +115,7 @@ impl App {
             .set("session.timeout.ms", config.kafka_session_timeout_ms.to_string())
             .set("heartbeat.interval.ms", (config.kafka_session_timeout_ms / 3).max(100).to_string())
             .set("fetch.wait.max.ms", "10")
-            .create()
+            .create_with_context(ExecutorContext)
             .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
         let http = callback::client().context("creating the HTTP client")?;
@@ -102,7 +124,7 @@ impl App {
         Ok(Self {
             config,
             owner,
-            dead_letters,
+            producer,
             pool,
             consumer: Arc::new(consumer),
             http,
@@ -124,7 +146,7 @@ impl App {
         let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
         let writer = tokio::spawn(write_back(
             self.pool.clone(),
-            DeadLetters { producer: self.dead_letters.clone(), topic: self.config.dead_topic.clone() },
+            DeadLetters { producer: self.producer.clone(), topic: self.config.dead_topic.clone() },
             self.consumer.clone(),
             self.config.kafka.tasks_topic.clone(),
             offsets.clone(),
@@ -240,8 +262,12 @@ async fn consume(
             let http = app.http.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
+            let producer = app.producer.clone();
             runs.spawn(async move {
-                let attempt = callback::call(&http, &started_task).await;
+                let attempt = match started_task.action_kind.as_str() {
+                    "kafka" => kafka_action::publish(&producer, &started_task).await,
+                    _ => callback::call(&http, &started_task).await,
+                };
                 metrics.callback_duration.observe(attempt.duration.as_secs_f64());
                 let jitter = rand::random::<f64>() * 2.0 - 1.0;
                 let outcome = attempt.into_outcome(&started_task, jitter);
@@ -265,7 +291,7 @@ fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Position) {
     store_offset(&app.consumer, &app.config.kafka.tasks_topic, offsets, position);
 }
 
-fn store_offset(consumer: &StreamConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
+fn store_offset(consumer: &TaskConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
     let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
     if let Some(offset) = done_through {
         // librdkafka stores offset + 1: the next message to read.
@@ -300,7 +326,7 @@ impl DeadLetters {
 async fn write_back(
     pool: PgPool,
     dead_letters: DeadLetters,
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<TaskConsumer>,
     topic: String,
     offsets: Arc<Mutex<OffsetTracker>>,
     metrics: Metrics,

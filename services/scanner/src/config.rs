@@ -40,6 +40,10 @@ pub struct ScannerConfig {
     /// Most tasks held in memory; claiming pauses above it.
     #[arg(long, env = "PUNCTUAL_MAX_HELD", default_value_t = 2_000_000)]
     pub max_held: usize,
+    /// Tasks published this long ago and still not started are published again (the broker
+    /// may have lost them).
+    #[arg(long, env = "PUNCTUAL_REPUBLISH_AFTER_MS", default_value_t = 60_000)]
+    pub republish_after_ms: u64,
     /// Occurrences missed by more than this (system down or behind) are fired once, not each.
     #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
     pub misfire_threshold_ms: u64,

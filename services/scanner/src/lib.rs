@@ -16,6 +16,7 @@ pub mod publisher;
 pub mod wheel;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -78,6 +79,7 @@ impl App {
     pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
         let tracker = TaskTracker::new();
         let wake = Arc::new(Notify::new());
+        let topic_missing = Arc::new(AtomicBool::new(false));
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
         let (delivered_tx, delivered_rx) = mpsc::unbounded_channel::<i64>();
 
@@ -89,11 +91,15 @@ impl App {
             self.metrics.clone(),
             claimed_tx,
             wake,
+            topic_missing.clone(),
             token.clone(),
         ));
         tracker.spawn(publisher::drive_wheel(
             publisher::Publisher {
                 producer: self.producer.clone(),
+                kafka: self.config.kafka.clone(),
+                producer_failed: Arc::new(AtomicBool::new(false)),
+                topic_missing,
                 topic: self.config.kafka.tasks_topic.clone(),
                 partitions: self.partitions,
                 metrics: self.metrics.clone(),
@@ -153,6 +159,7 @@ async fn scan_loop(
     metrics: Metrics,
     claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
     wake: Arc<Notify>,
+    topic_missing: Arc<AtomicBool>,
     token: CancellationToken,
 ) {
     let planner = Planner {
@@ -165,6 +172,18 @@ async fn scan_loop(
         // Register for a wake-up before scanning, so a notification that arrives during
         // the scan is not lost.
         let notified = wake.notified();
+        if topic_missing.swap(false, Ordering::Relaxed) {
+            // The broker lost the topic (e.g. restarted without durable storage): create
+            // it again; the tasks that failed meanwhile are re-claimed when their leases expire.
+            let kafka = &config.kafka;
+            match kafka::ensure_topic(kafka, &kafka.tasks_topic, kafka.tasks_partitions).await {
+                Ok(_) => tracing::warn!(topic = %kafka.tasks_topic, "the tasks topic was missing: created it again"),
+                Err(e) => {
+                    topic_missing.store(true, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "the tasks topic is missing and could not be created");
+                }
+            }
+        }
         if let Err(e) = scan_once(&config, &owner, &pool, &metrics, &planner, &claimed_tx).await {
             metrics.scan_errors.inc();
             tracing::warn!(error = %e, "scan failed; will retry");
@@ -198,6 +217,11 @@ async fn scan_once(
         if report.timers < planner::PASS_SIZE as usize {
             break;
         }
+    }
+    let republished = task::republish_stale(pool, std::time::Duration::from_millis(config.republish_after_ms)).await?;
+    if republished > 0 {
+        metrics.republished.inc_by(republished);
+        tracing::warn!(count = republished, "published tasks never started: publishing them again");
     }
     let misfired = task::cancel_misfired(pool, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
     if misfired > 0 {

@@ -59,7 +59,7 @@ impl Planner {
         let mut report = PassReport { timers: rows.len(), ..Default::default() };
         let mut updates = Vec::with_capacity(rows.len());
         for row in &rows {
-            let checked = row.schedule().and_then(|s| row.http_action().map(|_| s));
+            let checked = row.schedule().and_then(|s| row.action().map(|_| s));
             let update = match checked {
                 Err(e) => {
                     report.invalid += 1;

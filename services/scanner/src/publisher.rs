@@ -1,5 +1,7 @@
 //! Publishing held tasks at their fire time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -7,7 +9,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka;
 use punctual_shared::task::{self, ClaimedTask, TaskMessage};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
@@ -30,6 +34,15 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
 
 pub struct Publisher {
     pub producer: FutureProducer,
+    /// To make a new producer when the current one has failed fatally.
+    pub kafka: KafkaConfig,
+    /// Set on a fatal producer error (e.g. the broker forgot the idempotent producer's id
+    /// after losing its state): an idempotent producer cannot go on after one, so the
+    /// wheel driver replaces it.
+    pub producer_failed: Arc<AtomicBool>,
+    /// Set when the broker says the topic does not exist (it lost it): the scan loop
+    /// creates it again.
+    pub topic_missing: Arc<AtomicBool>,
     pub topic: String,
     pub partitions: i32,
     pub metrics: Metrics,
@@ -61,6 +74,7 @@ impl Publisher {
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
+                    note_failure(&e, &self.topic_missing, &self.producer_failed);
                     self.metrics.publish_errors.inc();
                     tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
                 }
@@ -71,7 +85,7 @@ impl Publisher {
 
 /// Holds claimed tasks in the timing wheel and publishes each when its time comes.
 pub async fn drive_wheel(
-    publisher: Publisher,
+    mut publisher: Publisher,
     mut claimed_rx: mpsc::Receiver<Vec<ClaimedTask>>,
     token: CancellationToken,
 ) {
@@ -104,17 +118,41 @@ pub async fn drive_wheel(
             publisher.send(std::mem::take(&mut due), &mut pending);
             let delivered = publisher.delivered.clone();
             let metrics = publisher.metrics.clone();
-            deliveries.spawn(await_deliveries(pending, delivered, metrics));
+            let flags = (publisher.topic_missing.clone(), publisher.producer_failed.clone());
+            deliveries.spawn(await_deliveries(pending, delivered, metrics, flags));
+        }
+        if publisher.producer_failed.swap(false, Ordering::Relaxed) {
+            match producer(&publisher.kafka) {
+                Ok(p) => {
+                    tracing::warn!("the producer failed fatally: replaced it; failed tasks are re-claimed when their leases expire");
+                    publisher.producer = p;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the producer failed fatally and could not be replaced yet");
+                    publisher.producer_failed.store(true, Ordering::Relaxed);
+                }
+            }
         }
     }
     deliveries.close();
     deliveries.wait().await;
 }
 
+fn note_failure(e: &KafkaError, topic_missing: &AtomicBool, producer_failed: &AtomicBool) {
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            topic_missing.store(true, Ordering::Relaxed)
+        }
+        Some(RDKafkaErrorCode::Fatal) => producer_failed.store(true, Ordering::Relaxed),
+        _ => {}
+    }
+}
+
 async fn await_deliveries(
     pending: Vec<(i64, DeliveryFuture)>,
     delivered: mpsc::UnboundedSender<i64>,
     metrics: Metrics,
+    (topic_missing, producer_failed): (Arc<AtomicBool>, Arc<AtomicBool>),
 ) {
     let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
     while let Some((id, result)) = futures.next().await {
@@ -124,6 +162,7 @@ async fn await_deliveries(
                 let _ = delivered.send(id);
             }
             Ok(Err((e, _))) => {
+                note_failure(&e, &topic_missing, &producer_failed);
                 metrics.publish_errors.inc();
                 tracing::warn!(task_id = id, error = %e, "delivery failed; the task will be re-claimed");
             }
