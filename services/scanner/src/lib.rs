@@ -85,11 +85,13 @@ impl App {
 
         tracker.spawn(listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tracker.spawn(scan_loop(
-            self.config.clone(),
-            self.owner.clone(),
-            self.pool.clone(),
-            self.metrics.clone(),
-            claimed_tx,
+            Scan {
+                config: self.config.clone(),
+                owner: self.owner.clone(),
+                pool: self.pool.clone(),
+                metrics: self.metrics.clone(),
+                claimed_tx,
+            },
             wake,
             topic_missing.clone(),
             token.clone(),
@@ -151,17 +153,19 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
     }
 }
 
-/// Plans and claims, every scan interval or when woken.
-async fn scan_loop(
+/// What one scan needs.
+struct Scan {
     config: ScannerConfig,
     owner: String,
     pool: PgPool,
     metrics: Metrics,
+    /// Claimed tasks go to the wheel driver.
     claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
-    wake: Arc<Notify>,
-    topic_missing: Arc<AtomicBool>,
-    token: CancellationToken,
-) {
+}
+
+/// Plans and claims, every scan interval or when woken.
+async fn scan_loop(scan: Scan, wake: Arc<Notify>, topic_missing: Arc<AtomicBool>, token: CancellationToken) {
+    let Scan { config, owner, pool, metrics, claimed_tx } = &scan;
     let planner = Planner {
         horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
         misfire_threshold: std::time::Duration::from_millis(config.misfire_threshold_ms),
@@ -184,7 +188,7 @@ async fn scan_loop(
                 }
             }
         }
-        if let Err(e) = scan_once(&config, &owner, &pool, &metrics, &planner, &claimed_tx).await {
+        if let Err(e) = scan_once(config, owner, pool, metrics, &planner, claimed_tx).await {
             metrics.scan_errors.inc();
             tracing::warn!(error = %e, "scan failed; will retry");
         }
