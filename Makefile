@@ -1,6 +1,6 @@
 # Punctual's two commands: `make up` (the whole stack, locally, with a demo timer) and
 # `make test` (the whole test suite against real Postgres and a real broker).
-.PHONY: up down test build check fmt
+.PHONY: up down test bench build check fmt
 
 up:
 	@scripts/up.sh
@@ -10,6 +10,10 @@ down:
 
 test:
 	@scripts/test.sh
+
+# Benchmarks: see docs/BENCHMARKS.md for what exists so far and the figures.
+bench:
+	cargo bench -p punctual-wheel
 
 build:
 	cargo build --workspace --bins

@@ -30,5 +30,8 @@ export PUNCTUAL_TEST_STACK_DIR="$work"
 cargo build --workspace --bins
 cargo test --workspace "$@"
 
+# The benchmarks' smoke mode: each case once, small, so the harness cannot rot.
+WHEEL_BENCH_SIZES=10000 cargo bench -p punctual-wheel -- --test
+
 # The README's first command, end to end.
 scripts/smoke-up.sh

@@ -5,16 +5,17 @@ use std::time::{Duration, Instant};
 
 use punctual_shared::task::StartedTask;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use serde_json::Value;
 
 use crate::callback::Attempt;
+use crate::Producer;
 
 pub const IDENTITY_HEADER: &str = "punctual-idempotency-key";
 
 /// Publishes and waits for the broker's acknowledgement (at most the timer's timeout).
 /// Never fails: every error is an attempt that failed, and may be retried.
-pub async fn publish(producer: &FutureProducer, task: &StartedTask) -> Attempt {
+pub async fn publish(producer: &Producer, task: &StartedTask) -> Attempt {
     let started = Instant::now();
     let failed = |error: String, retryable: bool| Attempt {
         http_status: None,
@@ -42,7 +43,7 @@ pub async fn publish(producer: &FutureProducer, task: &StartedTask) -> Attempt {
     }
     let record = FutureRecord::to(topic).key(&key).payload(&value).headers(headers);
     let timeout = Duration::from_millis(task.http_timeout_ms.max(1) as u64);
-    match producer.send(record, timeout).await {
+    match producer.get().send(record, timeout).await {
         Ok(_) => Attempt {
             http_status: None,
             excerpt: None,
@@ -51,6 +52,9 @@ pub async fn publish(producer: &FutureProducer, task: &StartedTask) -> Attempt {
             retry_after: None,
             duration: started.elapsed(),
         },
-        Err((e, _)) => failed(format!("publishing to {topic} failed: {e}"), true),
+        Err((e, _)) => {
+            producer.on_error(&e);
+            failed(format!("publishing to {topic} failed: {e}"), true)
+        }
     }
 }

@@ -44,13 +44,49 @@ pub struct App {
     config: ExecutorConfig,
     owner: String,
     /// Idempotent: dead letters and Kafka actions.
-    producer: FutureProducer,
+    producer: Producer,
     pool: PgPool,
     consumer: Arc<TaskConsumer>,
     http: reqwest::Client,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
+}
+
+/// The executor's idempotent producer, replaced after a fatal error (an idempotent
+/// producer cannot go on after one, e.g. when a broker that lost its state no longer knows
+/// the producer's id).
+#[derive(Clone)]
+pub struct Producer {
+    current: Arc<std::sync::RwLock<FutureProducer>>,
+    kafka: punctual_shared::config::KafkaConfig,
+}
+
+impl Producer {
+    fn create(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
+        kafka::client_config(kafka).set("enable.idempotence", "true").set("acks", "all").create()
+    }
+
+    pub fn new(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<Self> {
+        Ok(Self { current: Arc::new(std::sync::RwLock::new(Self::create(kafka)?)), kafka: kafka.clone() })
+    }
+
+    pub fn get(&self) -> FutureProducer {
+        self.current.read().expect("producer lock").clone()
+    }
+
+    /// Replaces the producer if `e` is fatal.
+    pub fn on_error(&self, e: &rdkafka::error::KafkaError) {
+        if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Fatal) {
+            match Self::create(&self.kafka) {
+                Ok(p) => {
+                    *self.current.write().expect("producer lock") = p;
+                    tracing::warn!("the producer failed fatally: replaced it");
+                }
+                Err(e) => tracing::warn!(error = %e, "the producer failed fatally and could not be replaced yet"),
+            }
+        }
+    }
 }
 
 /// Logs partition assignments, so a group that does not settle can be seen.
@@ -100,11 +136,7 @@ impl App {
             .executor_id
             .clone()
             .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-        let producer: FutureProducer = kafka::client_config(&config.kafka)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .create()
-            .context("creating the producer")?;
+        let producer = Producer::new(&config.kafka).context("creating the producer")?;
         let consumer: TaskConsumer = kafka::client_config(&config.kafka)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "true")
@@ -303,7 +335,7 @@ fn store_offset(consumer: &TaskConsumer, topic: &str, offsets: &Mutex<OffsetTrac
 }
 
 struct DeadLetters {
-    producer: FutureProducer,
+    producer: Producer,
     topic: String,
 }
 
@@ -315,7 +347,10 @@ impl DeadLetters {
         for letter in letters {
             let payload = serde_json::to_vec(letter).expect("a dead letter serializes");
             let record = FutureRecord::to(&self.topic).key(&letter.idempotency_key).payload(&payload);
-            self.producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+            self.producer.get().send(record, Duration::from_secs(30)).await.map_err(|(e, _)| {
+                self.producer.on_error(&e);
+                e
+            })?;
         }
         Ok(())
     }

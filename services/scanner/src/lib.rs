@@ -13,7 +13,6 @@ pub mod config;
 pub mod metrics;
 pub mod planner;
 pub mod publisher;
-pub mod wheel;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

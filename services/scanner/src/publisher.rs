@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::wheel::TimingWheel;
+use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
 pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
