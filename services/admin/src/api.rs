@@ -64,6 +64,18 @@ fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes)
     Ok(value)
 }
 
+/// A page size: 100 unless given, at most 1000.
+fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest {
+            field: Some("limit".into()),
+            detail: "limit: must be between 1 and 1000".into(),
+        });
+    }
+    Ok(limit)
+}
+
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(id)
         .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a timer id: {id:?}") })
@@ -287,13 +299,7 @@ async fn list_timers(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest {
-            field: Some("limit".into()),
-            detail: "limit: must be between 1 and 1000".into(),
-        });
-    }
+    let limit = page_limit(q.limit)?;
     let rows = sqlx::query_as::<_, TimerRow>(
         "SELECT * FROM timers
           WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
@@ -381,13 +387,7 @@ async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest {
-            field: Some("limit".into()),
-            detail: "limit: must be between 1 and 1000".into(),
-        });
-    }
+    let limit = page_limit(q.limit)?;
     let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
         .bind(id)
         .fetch_optional(&state.pool)
@@ -422,13 +422,7 @@ async fn list_tasks(
     query: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: Some("status".into()), detail: e.body_text() })?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest {
-            field: Some("limit".into()),
-            detail: "limit: must be between 1 and 1000".into(),
-        });
-    }
+    let limit = page_limit(q.limit)?;
     let runs = sqlx::query_as::<_, RunRow>(&format!(
         "SELECT {RUN_COLUMNS} FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.status = $1 AND ($2::text IS NULL OR tm.namespace = $2)

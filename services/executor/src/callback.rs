@@ -37,6 +37,16 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// An attempt that ended in `error`, without an answer from the target.
+    pub fn failed(error: String, retryable: bool, duration: Duration) -> Self {
+        Attempt { http_status: None, excerpt: None, error: Some(error), retryable, retry_after: None, duration }
+    }
+
+    /// An attempt that succeeded without an answer to keep (e.g. a published message).
+    pub fn succeeded(duration: Duration) -> Self {
+        Attempt { http_status: None, excerpt: None, error: None, retryable: false, retry_after: None, duration }
+    }
+
     fn from_status(status: u16, excerpt: String, retry_after: Option<Duration>, duration: Duration) -> Self {
         let ok = (200..300).contains(&status);
         Attempt {
@@ -77,14 +87,7 @@ pub async fn call(client: &reqwest::Client, task: &StartedTask) -> Attempt {
     let started = Instant::now();
     match request(client, task).await {
         Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, started.elapsed()),
-        Err((error, retryable)) => Attempt {
-            http_status: None,
-            excerpt: None,
-            error: Some(error),
-            retryable,
-            retry_after: None,
-            duration: started.elapsed(),
-        },
+        Err((error, retryable)) => Attempt::failed(error, retryable, started.elapsed()),
     }
 }
 

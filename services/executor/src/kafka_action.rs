@@ -17,14 +17,7 @@ pub const IDENTITY_HEADER: &str = "punctual-idempotency-key";
 /// Never fails: every error is an attempt that failed, and may be retried.
 pub async fn publish(producer: &Producer, task: &StartedTask) -> Attempt {
     let started = Instant::now();
-    let failed = |error: String, retryable: bool| Attempt {
-        http_status: None,
-        excerpt: None,
-        error: Some(error),
-        retryable,
-        retry_after: None,
-        duration: started.elapsed(),
-    };
+    let failed = |error: String, retryable: bool| Attempt::failed(error, retryable, started.elapsed());
     let Some(topic) = task.kafka_topic.as_deref() else {
         return failed("timer has no kafka_topic".into(), false);
     };
@@ -44,14 +37,7 @@ pub async fn publish(producer: &Producer, task: &StartedTask) -> Attempt {
     let record = FutureRecord::to(topic).key(&key).payload(&value).headers(headers);
     let timeout = Duration::from_millis(task.http_timeout_ms.max(1) as u64);
     match producer.get().send(record, timeout).await {
-        Ok(_) => Attempt {
-            http_status: None,
-            excerpt: None,
-            error: None,
-            retryable: false,
-            retry_after: None,
-            duration: started.elapsed(),
-        },
+        Ok(_) => Attempt::succeeded(started.elapsed()),
         Err((e, _)) => {
             producer.on_error(&e);
             failed(format!("publishing to {topic} failed: {e}"), true)
