@@ -11,8 +11,12 @@ down:
 test:
 	@scripts/test.sh
 
-# Benchmarks: see docs/BENCHMARKS.md for what exists so far and the figures.
+# Benchmarks (docs/BENCHMARKS.md): the end-to-end scenarios and baselines, release build,
+# results in target/bench (results.md, results.json, lag-vs-rate.svg); then the wheel.
 bench:
+	@scripts/stack.sh tools
+	cargo build --release --workspace --bins
+	target/release/punctual-bench run --out target/bench
 	cargo bench -p punctual-wheel
 
 build:

@@ -30,7 +30,9 @@ export PUNCTUAL_TEST_STACK_DIR="$work"
 cargo build --workspace --bins
 cargo test --workspace "$@"
 
-# The benchmarks' smoke mode: each case once, small, so the harness cannot rot.
+# The benchmarks' smoke mode: each scenario small, so the harness cannot rot (it starts
+# its own Postgres and broker, and fails if anything was lost).
+cargo run -p punctual-bench -- run --smoke --out target/bench-smoke
 WHEEL_BENCH_SIZES=10000 cargo bench -p punctual-wheel -- --test
 
 # The README's first command, end to end.

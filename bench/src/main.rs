@@ -1,88 +1,175 @@
-//! punctual-bench: physical baselines measured on the machine that runs Punctual.
+//! punctual-bench: Punctual end to end on the real stack, with the physical baselines of
+//! the same machine measured in the same run. See docs/BENCHMARKS.md.
 //!
-//! `claim-baseline`: how many task rows per second Postgres can claim with the scanner's
-//! own statement (batched `UPDATE … FOR UPDATE SKIP LOCKED … RETURNING`, same schema and
-//! indexes), against a database of its own. Punctual's end-to-end rate is judged as a
-//! share of this.
+//! `run` does every scenario (`--smoke`: each one small, for CI, so the harness cannot
+//! rot) and writes results.json, results.md and lag-vs-rate.svg; the other commands run
+//! one scenario each. Unless given servers, the harness starts its own Postgres and
+//! broker in temporary folders; the services are the binaries built beside this one.
 
-use std::time::{Duration, Instant};
+mod baselines;
+mod env;
+mod measure;
+mod report;
+mod scenarios;
+mod sink;
 
-use anyhow::Context;
-use clap::{Parser, Subcommand};
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use env::Env;
+use report::Results;
 
 #[derive(Parser)]
 #[command(about = "Punctual's benchmark harness")]
 struct Cli {
     #[command(subcommand)]
-    scenario: Scenario,
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct Servers {
+    /// Postgres server URL, without database (default: start one in a temporary folder).
+    #[arg(long, env = "PUNCTUAL_BENCH_DATABASE_URL", global = true)]
+    database_server: Option<String>,
+    /// Kafka brokers (default: start a broker in a temporary folder).
+    #[arg(long, env = "PUNCTUAL_BENCH_KAFKA_BROKERS", global = true)]
+    brokers: Option<String>,
 }
 
 #[derive(Subcommand)]
-enum Scenario {
+enum Command {
+    /// Every scenario, baselines first; writes the results into --out.
+    Run {
+        /// Each scenario small and short (CI).
+        #[arg(long)]
+        smoke: bool,
+        /// Folder for results.json, results.md and lag-vs-rate.svg.
+        #[arg(long, default_value = "target/bench")]
+        out: PathBuf,
+        /// Sustained rates to step through, fires/s (default: 1000,5000,10000,20000; smoke: 200).
+        #[arg(long, value_delimiter = ',')]
+        rates: Option<Vec<u32>>,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// `rate` fires/s for `duration` seconds.
+    Sustained {
+        #[arg(long, default_value_t = 1_000)]
+        rate: u32,
+        #[arg(long, default_value_t = 30)]
+        duration: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// `timers` one-shot timers due within `window` seconds.
+    Burst {
+        #[arg(long, default_value_t = 1_000_000)]
+        timers: u64,
+        #[arg(long, default_value_t = 60)]
+        window: u32,
+        /// Seconds between inserting the timers and the window's start.
+        #[arg(long, default_value_t = 90)]
+        lead: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// A small load on an empty table, then beside `stored` future tasks.
+    Stored {
+        #[arg(long, default_value_t = 10_000_000)]
+        stored: u64,
+        #[arg(long, default_value_t = 500)]
+        rate: u32,
+        #[arg(long, default_value_t = 20)]
+        duration: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw claim throughput of Postgres with Punctual's schema and claim statement.
     ClaimBaseline {
-        /// Postgres server URL (without database); a database of its own is created.
-        #[arg(long, env = "PUNCTUAL_BENCH_DATABASE_URL")]
-        server: String,
-        /// Task rows to claim.
         #[arg(long, default_value_t = 200_000)]
         rows: i64,
         /// Rows per claim statement (the scanner's PUNCTUAL_CLAIM_BATCH).
         #[arg(long, default_value_t = 5_000)]
         batch: i64,
+        #[command(flatten)]
+        servers: Servers,
     },
+    /// Raw produce and consume throughput of the broker with Punctual's client settings.
+    BrokerBaseline {
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: u64,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+        #[command(flatten)]
+        servers: Servers,
+    },
+}
+
+impl Servers {
+    fn start(self) -> Env {
+        Env::start(self.database_server, self.brokers)
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().scenario {
-        Scenario::ClaimBaseline { server, rows, batch } => claim_baseline(&server, rows, batch).await,
+    punctual_shared::telemetry::init();
+    match Cli::parse().command {
+        Command::Run { smoke, out, rates, servers } => run(smoke, &out, rates, servers.start()).await,
+        Command::Sustained { rate, duration, servers } => {
+            scenarios::sustained(&servers.start(), rate, duration).await.map(drop)
+        }
+        Command::Burst { timers, window, lead, servers } => {
+            scenarios::burst(&servers.start(), timers, window, lead).await.map(drop)
+        }
+        Command::Stored { stored, rate, duration, servers } => {
+            scenarios::stored(&servers.start(), stored, rate, duration).await.map(drop)
+        }
+        Command::ClaimBaseline { rows, batch, servers } => {
+            baselines::claim(&servers.start().database_server, rows, batch).await.map(drop)
+        }
+        Command::BrokerBaseline { messages, partitions, servers } => {
+            baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)
+        }
     }
 }
 
-async fn claim_baseline(server: &str, rows: i64, batch: i64) -> anyhow::Result<()> {
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
-    punctual_shared::db::MIGRATOR.run(&pool).await?;
-    let timer: uuid::Uuid = sqlx::query_scalar(
-        "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status)
-         VALUES ('bench', 'cron', '* * * * * *', 'http://127.0.0.1:9/', 'planned') RETURNING id",
-    )
-    .fetch_one(&pool)
-    .await?;
-    // All due now, as at the peak of a burst.
-    sqlx::query(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket)
-         SELECT $1, t, t, 1, 0
-           FROM generate_series(now() - interval '1 hour', now() - interval '1 hour' + ($2 - 1) * interval '1 millisecond',
-                                interval '1 millisecond') AS t",
-    )
-    .bind(timer)
-    .bind(rows)
-    .execute(&pool)
-    .await?;
-    sqlx::query("VACUUM ANALYZE tasks").execute(&pool).await?;
-    let started = Instant::now();
-    let mut claimed = 0usize;
-    loop {
-        let got = punctual_shared::task::claim(&pool, "bench", Duration::from_secs(5), Duration::from_secs(30), batch)
-            .await?;
-        if got.is_empty() {
-            break;
-        }
-        claimed += got.len();
+/// Every scenario in turn. The smoke mode fails if anything was lost, so CI notices a
+/// harness (or a pipeline) that stopped delivering.
+async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, env: Env) -> anyhow::Result<()> {
+    let mut results = Results {
+        mode: if smoke { "smoke" } else { "full" }.into(),
+        machine: report::machine(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ..Default::default()
+    };
+    let (claim_rows, messages) = if smoke { (20_000, 20_000) } else { (200_000, 1_000_000) };
+    results.claim_baseline = Some(baselines::claim(&env.database_server, claim_rows, 5_000).await?);
+    results.broker_baseline = Some(baselines::broker(&env.brokers, messages, 4).await?);
+    let rates = rates.unwrap_or_else(|| if smoke { vec![200] } else { vec![1_000, 5_000, 10_000, 20_000] });
+    let duration = if smoke { 5 } else { 30 };
+    for rate in rates {
+        results.sustained.push(scenarios::sustained(&env, rate, duration).await?);
     }
-    let elapsed = started.elapsed();
-    println!(
-        "claim-baseline: {claimed} rows in {:.2} s with batches of {batch}: {:.0} rows/s",
-        elapsed.as_secs_f64(),
-        claimed as f64 / elapsed.as_secs_f64()
-    );
-    pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {name}")).execute(&mut admin).await?;
+    results.burst = Some(if smoke {
+        scenarios::burst(&env, 5_000, 5, 10).await?
+    } else {
+        scenarios::burst(&env, 1_000_000, 60, 90).await?
+    });
+    results.stored = Some(if smoke {
+        scenarios::stored(&env, 100_000, 100, 5).await?
+    } else {
+        scenarios::stored(&env, 10_000_000, 500, 20).await?
+    });
+    results.write(out)?;
+    println!("\n{}", results.markdown());
+    println!("results written to {}", out.display());
+    if smoke {
+        let lost = results.sustained.iter().map(|r| r.lost).sum::<u64>()
+            + results.burst.as_ref().map_or(0, |b| b.lost)
+            + results.stored.as_ref().map_or(0, |s| s.empty.lost + s.full.lost);
+        anyhow::ensure!(lost == 0, "the smoke run lost {lost} occurrences");
+    }
     Ok(())
 }

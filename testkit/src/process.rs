@@ -6,13 +6,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// The folder of the workspace's binaries: `PUNCTUAL_BIN_DIR`, else the profile folder
-/// this test binary was built into (target/<profile>/deps/.. ).
+/// the running binary was built into (a test binary lives in target/<profile>/deps, a
+/// binary such as the benchmark harness in target/<profile>).
 pub fn bin_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("PUNCTUAL_BIN_DIR") {
         return PathBuf::from(dir);
     }
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf()
+    let dir = exe.parent().expect("the binary's folder");
+    if dir.ends_with("deps") {
+        dir.parent().expect("target/<profile>").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released: good enough for a test run).
@@ -57,8 +63,9 @@ impl ServiceProcess {
         assert!(self.child.is_none(), "{} is running", self.name);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open log");
         let child = Command::new(&self.binary)
-            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // The log level, unless the settings given name one.
             .env("RUST_LOG", std::env::var("PUNCTUAL_TEST_SERVICE_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -67,6 +74,11 @@ impl ServiceProcess {
                 panic!("starting {}: {e} (run `cargo build --workspace --bins` first)", self.binary.display())
             });
         self.child = Some(child);
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn url(&self, path: &str) -> String {

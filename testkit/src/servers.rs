@@ -11,7 +11,16 @@ fn stack_script() -> PathBuf {
 }
 
 fn run(args: &[&str]) {
-    let status = Command::new("bash").arg(stack_script()).args(args).status().expect("run scripts/stack.sh");
+    run_with(args, &[]);
+}
+
+fn run_with(args: &[&str], envs: &[(&str, &str)]) {
+    let status = Command::new("bash")
+        .arg(stack_script())
+        .args(args)
+        .envs(envs.iter().copied())
+        .status()
+        .expect("run scripts/stack.sh");
     assert!(status.success(), "scripts/stack.sh {args:?} failed");
 }
 
@@ -25,17 +34,27 @@ fn temp_dir(prefix: &str) -> PathBuf {
 pub struct PgServer {
     pub dir: PathBuf,
     pub port: u16,
+    /// Server settings (`-c name=value …`), as scripts/stack.sh takes them in PG_EXTRA_OPTS.
+    options: String,
 }
 
 impl PgServer {
     pub fn start() -> PgServer {
-        let server = PgServer { dir: temp_dir("pg"), port: free_port() };
+        Self::start_with_options(&std::env::var("PG_EXTRA_OPTS").unwrap_or_default())
+    }
+
+    /// With server settings of its own, e.g. `-c shared_buffers=1GB`.
+    pub fn start_with_options(options: &str) -> PgServer {
+        let server = PgServer { dir: temp_dir("pg"), port: free_port(), options: options.to_owned() };
         server.up();
         server
     }
 
     fn up(&self) {
-        run(&["pg-start", self.dir.to_str().expect("utf-8 path"), &self.port.to_string()]);
+        run_with(
+            &["pg-start", self.dir.to_str().expect("utf-8 path"), &self.port.to_string()],
+            &[("PG_EXTRA_OPTS", &self.options)],
+        );
     }
 
     /// The server URL (no database), as `PUNCTUAL_TEST_DATABASE_URL` has it.

@@ -187,7 +187,10 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, topic_missing: Arc<AtomicBool>
                 }
             }
         }
-        if let Err(e) = scan_once(config, owner, pool, metrics, &planner, claimed_tx).await {
+        let timer = metrics.scan_seconds.start_timer();
+        let scanned = scan_once(config, owner, pool, metrics, &planner, claimed_tx).await;
+        timer.observe_duration();
+        if let Err(e) = scanned {
             metrics.scan_errors.inc();
             tracing::warn!(error = %e, "scan failed; will retry");
         }

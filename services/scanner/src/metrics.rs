@@ -16,6 +16,7 @@ pub struct Metrics {
     pub republished: IntCounter,
     pub held: IntGauge,
     pub publish_lag: Histogram,
+    pub scan_seconds: Histogram,
 }
 
 impl Metrics {
@@ -46,6 +47,12 @@ impl Metrics {
         )
         .expect("valid metric");
         registry.register(Box::new(publish_lag.clone())).expect("unique metric");
+        let scan_seconds = Histogram::with_opts(
+            HistogramOpts::new("punctual_scan_seconds", "Duration of one scanner pass: plan, sweeps, claim")
+                .buckets(punctual_shared::ops::lag_buckets()),
+        )
+        .expect("valid metric");
+        registry.register(Box::new(scan_seconds.clone())).expect("unique metric");
         Self {
             registry,
             planned,
@@ -59,6 +66,7 @@ impl Metrics {
             republished,
             held,
             publish_lag,
+            scan_seconds,
         }
     }
 }

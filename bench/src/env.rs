@@ -1,0 +1,87 @@
+//! The machine's stack for a benchmark run: a Postgres server and a broker (started here,
+//! in temporary folders, unless given), and the three services as separate processes
+//! built with the harness's own profile.
+
+use std::time::Duration;
+
+use punctual_testkit::servers::{Broker, PgServer};
+use punctual_testkit::{ServiceProcess, Stack};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::measure::rss;
+
+/// Production-like Postgres settings for the server the harness starts: durable (fsync
+/// and synchronous commit on), with memory and WAL sized for millions of rows.
+pub const PG_OPTIONS: &str =
+    "-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c track_io_timing=on";
+
+pub struct Env {
+    pub database_server: String,
+    pub brokers: String,
+    _pg: Option<PgServer>,
+    _broker: Option<Broker>,
+}
+
+impl Env {
+    /// Uses the servers given, or starts its own.
+    pub fn start(database_server: Option<String>, brokers: Option<String>) -> Env {
+        let pg = database_server.is_none().then(|| PgServer::start_with_options(PG_OPTIONS));
+        let broker = brokers.is_none().then(|| Broker::start(false));
+        Env {
+            database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
+            brokers: brokers.unwrap_or_else(|| broker.as_ref().expect("started").brokers()),
+            _pg: pg,
+            _broker: broker,
+        }
+    }
+
+    /// The three services against a database of their own, with `extra` settings.
+    pub async fn stack(&self, extra: &[(&'static str, String)]) -> Stack {
+        let mut env: Vec<(&'static str, String)> = vec![
+            // Warnings only: at these rates an info line per event would be the load.
+            ("RUST_LOG", "warn".into()),
+        ];
+        env.extend(extra.iter().cloned());
+        Stack::start_on(&self.database_server, &self.brokers, &env).await
+    }
+}
+
+/// Resident memory of the three services, sampled during a scenario.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Memory {
+    pub scanner_peak_mb: f64,
+    pub executor_peak_mb: f64,
+    pub admin_peak_mb: f64,
+    /// The executor's resident memory early in the load and at its end: flat means no growth.
+    pub executor_early_mb: f64,
+    pub executor_late_mb: f64,
+}
+
+const MB: f64 = 1024.0 * 1024.0;
+
+fn peak_mb(p: &ServiceProcess) -> f64 {
+    p.pid().and_then(rss).map_or(0.0, |(_, peak)| peak as f64 / MB)
+}
+
+pub fn current_mb(p: &ServiceProcess) -> f64 {
+    p.pid().and_then(rss).map_or(0.0, |(now, _)| now as f64 / MB)
+}
+
+impl Memory {
+    pub fn peaks(stack: &Stack) -> Memory {
+        Memory {
+            scanner_peak_mb: peak_mb(&stack.scanner),
+            executor_peak_mb: peak_mb(&stack.executor),
+            admin_peak_mb: peak_mb(&stack.admin),
+            ..Default::default()
+        }
+    }
+}
+
+/// Waits until Postgres' statistics include every backend's latest writes (each backend
+/// flushes its counters at most once a second).
+pub async fn settle_stats(pool: &PgPool) {
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let _ = sqlx::query("SELECT pg_stat_force_next_flush()").execute(pool).await;
+}

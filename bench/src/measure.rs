@@ -1,0 +1,112 @@
+//! What the scenarios measure: lag distributions, process memory, Postgres row writes.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::sink::Delivery;
+
+/// Fire lag (first receive − occurrence time), in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LagStats {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl LagStats {
+    pub fn of(deliveries: &[Delivery]) -> LagStats {
+        // 1 µs to 1 h, 3 significant digits.
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+        for d in deliveries {
+            h.saturating_record((d.first_received_us - d.scheduled_us).max(1) as u64);
+        }
+        if h.is_empty() {
+            return LagStats::default();
+        }
+        let ms = |us: u64| us as f64 / 1_000.0;
+        LagStats {
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            p999_ms: ms(h.value_at_quantile(0.999)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+/// Resident memory of a process, from /proc: (current, peak) in bytes.
+pub fn rss(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Rows inserted, updated and deleted so far in Punctual's tables (from the statistics
+/// collector, which lags by up to its flush interval: read after the load has settled).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RowWrites {
+    pub inserted: i64,
+    pub updated: i64,
+    pub deleted: i64,
+    /// Of the updates, those that were HOT (no index entries written).
+    pub hot_updated: i64,
+}
+
+impl RowWrites {
+    pub async fn read(pool: &PgPool) -> Result<RowWrites, sqlx::Error> {
+        // The counters are flushed by each backend at most once a second, and at once on
+        // pg_stat_force_next_flush() for this one; the others are waited for by the caller.
+        let (inserted, updated, deleted, hot_updated): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(sum(n_tup_ins), 0)::bigint, COALESCE(sum(n_tup_upd), 0)::bigint,
+                    COALESCE(sum(n_tup_del), 0)::bigint, COALESCE(sum(n_tup_hot_upd), 0)::bigint
+               FROM pg_stat_user_tables WHERE relname IN ('timers', 'tasks', 'task_attempts')",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(RowWrites { inserted, updated, deleted, hot_updated })
+    }
+
+    pub fn since(self, before: RowWrites) -> RowWrites {
+        RowWrites {
+            inserted: self.inserted - before.inserted,
+            updated: self.updated - before.updated,
+            deleted: self.deleted - before.deleted,
+            hot_updated: self.hot_updated - before.hot_updated,
+        }
+    }
+
+    pub fn total(&self) -> i64 {
+        self.inserted + self.updated + self.deleted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(lag_us: i64) -> Delivery {
+        Delivery { scheduled_us: 1_000_000, first_received_us: 1_000_000 + lag_us, calls: 1 }
+    }
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let deliveries: Vec<Delivery> = (1..=1000).map(|i| delivery(i * 1_000)).collect();
+        let s = LagStats::of(&deliveries);
+        assert!((s.p50_ms - 500.0).abs() < 1.0, "{s:?}");
+        assert!((s.p99_ms - 990.0).abs() < 1.0, "{s:?}");
+        assert!((s.max_ms - 1000.0).abs() < 1.0, "{s:?}");
+    }
+
+    #[test]
+    fn own_memory_is_readable() {
+        let (now, peak) = rss(std::process::id()).expect("/proc/self/status");
+        assert!(now > 0 && peak >= now);
+    }
+}

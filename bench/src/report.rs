@@ -1,0 +1,206 @@
+//! A run's results: JSON for machines, Markdown for docs/BENCHMARKS.md, and the plot of
+//! lag percentiles against rate.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::baselines::{BrokerBaseline, ClaimBaseline};
+use crate::scenarios::{BurstResult, LoadResult, StoredResult};
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Results {
+    pub mode: String,
+    pub machine: String,
+    pub started_at: String,
+    pub claim_baseline: Option<ClaimBaseline>,
+    pub broker_baseline: Option<BrokerBaseline>,
+    pub sustained: Vec<LoadResult>,
+    pub burst: Option<BurstResult>,
+    pub stored: Option<StoredResult>,
+}
+
+/// What the harness ran on: CPU model and count, memory, kernel.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_gib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} × {model}, {mem_gib:.0} GiB, Linux {}", kernel.trim())
+}
+
+impl Results {
+    /// The highest rate delivered completely with max lag ≤ 1 s.
+    pub fn best_sustained(&self) -> Option<&LoadResult> {
+        self.sustained
+            .iter()
+            .filter(|r| r.lost == 0 && r.lag.max_ms <= 1_000.0)
+            .max_by(|a, b| a.achieved_per_s.total_cmp(&b.achieved_per_s))
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "Mode: {}; machine: {}; started {}.\n", self.mode, self.machine, self.started_at);
+        if let Some(c) = &self.claim_baseline {
+            let _ = writeln!(
+                md,
+                "- Postgres claim baseline: {:.0} rows/s ({} rows, batches of {}).",
+                c.rows_per_s, c.rows, c.batch
+            );
+        }
+        if let Some(b) = &self.broker_baseline {
+            let _ = writeln!(
+                md,
+                "- Broker baseline: produce {:.0} msgs/s, produce+consume {:.0} msgs/s ({} messages of {} bytes, {} partitions).",
+                b.produce_per_s, b.produce_consume_per_s, b.messages, b.message_bytes, b.partitions
+            );
+        }
+        if !self.sustained.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n| rate /s | s | delivered | lost | dup | achieved /s | lag p50 ms | p99 ms | p99.9 ms | max ms | row writes /fire | scanner MB | executor MB (early → late) |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            for r in &self.sustained {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} → {:.0} |",
+                    r.rate,
+                    r.duration_s,
+                    r.delivered,
+                    r.lost,
+                    r.duplicated,
+                    r.achieved_per_s,
+                    r.lag.p50_ms,
+                    r.lag.p99_ms,
+                    r.lag.p999_ms,
+                    r.lag.max_ms,
+                    r.row_writes_per_fire,
+                    r.memory.scanner_peak_mb,
+                    r.memory.executor_early_mb,
+                    r.memory.executor_late_mb
+                );
+            }
+        }
+        if let Some(best) = self.best_sustained() {
+            let _ = write!(
+                md,
+                "\nHighest rate sustained (nothing lost, max lag ≤ 1 s): {:.0} fires/s",
+                best.achieved_per_s
+            );
+            if let Some(c) = &self.claim_baseline {
+                let _ = write!(md, " = {:.2} × the claim baseline", best.achieved_per_s / c.rows_per_s);
+            }
+            if let Some(b) = &self.broker_baseline {
+                let _ = write!(md, ", {:.2} × the broker baseline", best.achieved_per_s / b.produce_consume_per_s);
+            }
+            let _ = writeln!(md, ".");
+        }
+        if let Some(b) = &self.burst {
+            let _ = writeln!(
+                md,
+                "\n- Burst: {} one-shot timers due within {} s: delivered {}, lost {}, duplicated {}; drained {:.1} s after the first was due; lag p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; scanner held up to {} tasks at {:.0} bytes each; peak RSS scanner {:.0} MB, executor {:.0} MB, admin {:.0} MB.",
+                b.timers,
+                b.window_s,
+                b.delivered,
+                b.lost,
+                b.duplicated,
+                b.drain_s,
+                b.lag.p50_ms,
+                b.lag.p99_ms,
+                b.lag.max_ms,
+                b.peak_held,
+                b.scanner_bytes_per_held_task,
+                b.memory.scanner_peak_mb,
+                b.memory.executor_peak_mb,
+                b.memory.admin_peak_mb
+            );
+        }
+        if let Some(s) = &self.stored {
+            let _ = writeln!(
+                md,
+                "- Stored scale, {}/s for {} s: empty table: scan {:.2} ms, lag p50 {:.1} ms, p99 {:.1} ms; beside {} stored future tasks: scan {:.2} ms, lag p50 {:.1} ms, p99 {:.1} ms.",
+                s.empty.rate,
+                s.empty.duration_s,
+                s.empty.mean_scan_ms,
+                s.empty.lag.p50_ms,
+                s.empty.lag.p99_ms,
+                s.stored,
+                s.full.mean_scan_ms,
+                s.full.lag.p50_ms,
+                s.full.lag.p99_ms
+            );
+        }
+        md
+    }
+
+    /// Writes results.json, results.md and lag-vs-rate.svg into `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("results.json"), serde_json::to_vec_pretty(self)?)?;
+        std::fs::write(dir.join("results.md"), self.markdown())?;
+        if !self.sustained.is_empty() {
+            plot_lag(&self.sustained, &dir.join("lag-vs-rate.svg"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Lag percentiles (log scale) against the offered rate.
+fn plot_lag(results: &[LoadResult], path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let max_rate = results.iter().map(|r| r.rate).max().unwrap_or(1) as f64 * 1.1;
+    let max_lag = results.iter().map(|r| r.lag.max_ms).fold(10.0, f64::max) * 2.0;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Punctual: fire lag against rate", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0f64..max_rate, (0.1f64..max_lag).log_scale())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("fires per second (offered)")
+        .y_desc("lag, ms (log)")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    type Pick = fn(&LoadResult) -> f64;
+    let series: [(&str, Pick, RGBColor); 4] = [
+        ("p50", |r| r.lag.p50_ms, BLUE),
+        ("p99", |r| r.lag.p99_ms, GREEN),
+        ("p99.9", |r| r.lag.p999_ms, MAGENTA),
+        ("max", |r| r.lag.max_ms, RED),
+    ];
+    for (label, pick, color) in series {
+        let points: Vec<(f64, f64)> = results.iter().map(|r| (f64::from(r.rate), pick(r).max(0.1))).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The end-to-end scenarios: sustained rate, burst, stored scale. Each runs the real stack
+//! (services as separate processes) against the lag sink and reports what the sink saw.
+
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, Utc};
+use punctual_testkit::stack::metric_value;
+use punctual_testkit::Stack;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::env::{current_mb, settle_stats, Env, Memory};
+use crate::measure::{LagStats, RowWrites};
+use crate::sink::LagSink;
+
+/// Interval timers created through the API; the rest of a load comes through SQL.
+const API_TIMERS: u32 = 20;
+
+/// What a steady load delivered.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadResult {
+    pub rate: u32,
+    pub duration_s: u32,
+    pub expected: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    /// Delivered occurrences per second, from the first occurrence time to the last delivery.
+    pub achieved_per_s: f64,
+    pub lag: LagStats,
+    pub memory: Memory,
+    /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered fire.
+    pub row_writes_per_fire: f64,
+    pub writes: RowWrites,
+    /// Mean time of one scanner pass (plan, sweeps, claim).
+    pub mean_scan_ms: f64,
+}
+
+fn whole_second_after(lead: Duration) -> DateTime<Utc> {
+    (Utc::now() + chrono::Duration::from_std(lead).expect("small"))
+        .duration_trunc(chrono::Duration::seconds(1))
+        .expect("truncates")
+}
+
+/// `rate` interval timers' worth of fires per second for `duration_s` seconds: timers
+/// firing every second, their start times spread evenly over the first second after
+/// `lead`, so the load is smooth rather than one spike per second. The first
+/// [`API_TIMERS`] are created through the admin API, the rest with one SQL statement.
+pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
+    let writes_before = RowWrites::read(&stack.db.pool).await?;
+    // Far enough ahead that the timers are validated and planned before the first fire.
+    let lead = Duration::from_secs(8 + u64::from(rate / 2_000));
+    let t0 = whole_second_after(lead);
+    let end = t0 + chrono::Duration::seconds(i64::from(duration_s));
+    let start_of = |i: u32| t0 + chrono::Duration::microseconds(i64::from(i) * 1_000_000 / i64::from(rate));
+    let api = rate.min(API_TIMERS);
+    for i in 0..api {
+        stack
+            .create_timer(&json!({
+                "name": format!("bench-api-{i}"),
+                "schedule": {"every_ms": 1000, "start_at": start_of(i), "end_at": end},
+                "action": {"http": {"url": sink.url()}}
+            }))
+            .await;
+    }
+    sqlx::query(
+        "INSERT INTO timers (name, schedule_kind, interval_ms, start_at, end_at, http_url)
+         SELECT 'bench-sql-' || i, 'interval', 1000, $1 + (i::bigint * 1000000 / $2) * interval '1 microsecond', $3, $4
+           FROM generate_series($5::int, $2 - 1) AS i",
+    )
+    .bind(t0)
+    .bind(rate as i32)
+    .bind(end)
+    .bind(sink.url())
+    .bind(api as i32)
+    .execute(&stack.db.pool)
+    .await?;
+
+    let expected = u64::from(rate) * u64::from(duration_s);
+    // Every occurrence is due by `end`; allow a generous drain after it.
+    let deadline = end + chrono::Duration::seconds(30 + i64::from(duration_s));
+    let mut executor_early_mb = 0.0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = Utc::now();
+        if executor_early_mb == 0.0 && now > t0 + chrono::Duration::seconds(2) {
+            executor_early_mb = current_mb(&stack.executor);
+        }
+        if sink.distinct() as u64 >= expected || now > deadline {
+            break;
+        }
+    }
+    // Late duplicates (redeliveries) would arrive shortly after: give them a moment.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let executor_late_mb = current_mb(&stack.executor);
+    let deliveries = sink.deliveries_between(t0, end);
+    let delivered = deliveries.len() as u64;
+    let duplicated: u64 = deliveries.iter().map(|d| u64::from(d.calls - 1)).sum();
+    let last_us = deliveries.iter().map(|d| d.first_received_us).max().unwrap_or(t0.timestamp_micros());
+    let span_s = ((last_us - t0.timestamp_micros()) as f64 / 1e6).max(f64::from(duration_s));
+    settle_stats(&stack.db.pool).await;
+    let writes = RowWrites::read(&stack.db.pool).await?.since(writes_before);
+    let scanner_metrics = stack.metrics(&stack.scanner).await;
+    let scans = metric_value(&scanner_metrics, "punctual_scan_seconds_count").unwrap_or(0.0);
+    let scan_seconds = metric_value(&scanner_metrics, "punctual_scan_seconds_sum").unwrap_or(0.0);
+    let mut memory = Memory::peaks(stack);
+    memory.executor_early_mb = executor_early_mb;
+    memory.executor_late_mb = executor_late_mb;
+    Ok(LoadResult {
+        rate,
+        duration_s,
+        expected,
+        delivered,
+        lost: expected.saturating_sub(delivered),
+        duplicated,
+        achieved_per_s: delivered as f64 / span_s,
+        lag: LagStats::of(&deliveries),
+        memory,
+        row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
+        writes,
+        mean_scan_ms: if scans > 0.0 { scan_seconds / scans * 1_000.0 } else { 0.0 },
+    })
+}
+
+/// Sustained: each rate on a fresh stack and database.
+pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
+    let sink = LagSink::start().await?;
+    let stack = env.stack(&[]).await;
+    let result = steady_load(&stack, &sink, rate, duration_s).await?;
+    println!(
+        "sustained {rate}/s × {duration_s} s: delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms, {:.2} row writes/fire",
+        result.delivered,
+        result.expected,
+        result.lost,
+        result.duplicated,
+        result.achieved_per_s,
+        result.lag.p50_ms,
+        result.lag.p99_ms,
+        result.lag.p999_ms,
+        result.lag.max_ms,
+        result.row_writes_per_fire
+    );
+    Ok(result)
+}
+
+/// What a burst of one-shot timers did.
+#[derive(Debug, Clone, Serialize)]
+pub struct BurstResult {
+    pub timers: u64,
+    pub window_s: u32,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    /// From the first occurrence time to the last delivery.
+    pub drain_s: f64,
+    pub lag: LagStats,
+    pub memory: Memory,
+    /// Most tasks the scanner held at once, and its resident memory then, less its
+    /// memory before the burst, per held task.
+    pub peak_held: u64,
+    pub scanner_bytes_per_held_task: f64,
+}
+
+/// Burst: `timers` one-shot timers inserted with SQL, due at random times within one
+/// window of `window_s` seconds starting `lead_s` seconds later. The scanner is set to
+/// plan and hold the whole window ahead, so the burst is also the measure of its memory
+/// per held task.
+pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow::Result<BurstResult> {
+    let sink = LagSink::start().await?;
+    let ahead_ms = u64::from(lead_s + window_s) * 1_000;
+    let stack = env
+        .stack(&[
+            ("PUNCTUAL_PLAN_HORIZON_MS", ahead_ms.to_string()),
+            ("PUNCTUAL_LOOKAHEAD_MS", ahead_ms.to_string()),
+            ("PUNCTUAL_LEASE_MS", (ahead_ms + 60_000).to_string()),
+        ])
+        .await;
+    let scanner_before = current_mb(&stack.scanner);
+    let t0 = whole_second_after(Duration::from_secs(u64::from(lead_s)));
+    let end = t0 + chrono::Duration::seconds(i64::from(window_s));
+    let chunk = 100_000u64;
+    let mut inserted = 0u64;
+    while inserted < timers {
+        let n = chunk.min(timers - inserted);
+        sqlx::query(
+            "INSERT INTO timers (name, schedule_kind, run_at, http_url)
+             SELECT 'burst-' || i, 'once', $1 + random() * $2 * interval '1 second', $3
+               FROM generate_series($4::bigint, $5::bigint) AS i",
+        )
+        .bind(t0)
+        .bind(f64::from(window_s) - 0.001)
+        .bind(sink.url())
+        .bind(inserted as i64)
+        .bind((inserted + n - 1) as i64)
+        .execute(&stack.db.pool)
+        .await?;
+        inserted += n;
+    }
+    let inserted_at = Utc::now();
+    if inserted_at > t0 {
+        println!("burst: inserting took until {:.1} s past the window's start", (inserted_at - t0).as_seconds_f64());
+    }
+    let deadline = end + chrono::Duration::seconds(120 + i64::from(window_s));
+    let (mut peak_held, mut rss_at_peak) = (0u64, 0.0f64);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let held =
+            metric_value(&stack.metrics(&stack.scanner).await, "punctual_wheel_held_tasks").unwrap_or(0.0) as u64;
+        if held > peak_held {
+            peak_held = held;
+            rss_at_peak = current_mb(&stack.scanner);
+        }
+        if sink.distinct() as u64 >= timers || Utc::now() > deadline {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deliveries = sink.deliveries_between(t0, end);
+    let delivered = deliveries.len() as u64;
+    let last_us = deliveries.iter().map(|d| d.first_received_us).max().unwrap_or(t0.timestamp_micros());
+    let result = BurstResult {
+        timers,
+        window_s,
+        delivered,
+        lost: timers.saturating_sub(delivered),
+        duplicated: deliveries.iter().map(|d| u64::from(d.calls - 1)).sum(),
+        drain_s: (last_us - t0.timestamp_micros()) as f64 / 1e6,
+        lag: LagStats::of(&deliveries),
+        memory: Memory::peaks(&stack),
+        peak_held,
+        scanner_bytes_per_held_task: if peak_held > 0 {
+            (rss_at_peak - scanner_before).max(0.0) * 1024.0 * 1024.0 / peak_held as f64
+        } else {
+            0.0
+        },
+    };
+    println!(
+        "burst {timers} in {window_s} s: delivered {delivered} (lost {}, duplicated {}), drained {:.1} s after the first was due, lag p50 {:.0} ms p99 {:.0} ms max {:.0} ms; scanner held up to {peak_held}, {:.0} bytes each; peaks: scanner {:.0} MB, executor {:.0} MB",
+        result.lost,
+        result.duplicated,
+        result.drain_s,
+        result.lag.p50_ms,
+        result.lag.p99_ms,
+        result.lag.max_ms,
+        result.scanner_bytes_per_held_task,
+        result.memory.scanner_peak_mb,
+        result.memory.executor_peak_mb
+    );
+    Ok(result)
+}
+
+/// Stored scale: the same small load on an empty table and beside `stored` future tasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredResult {
+    pub stored: u64,
+    pub empty: LoadResult,
+    pub full: LoadResult,
+}
+
+pub async fn stored(env: &Env, stored: u64, rate: u32, duration_s: u32) -> anyhow::Result<StoredResult> {
+    let empty = {
+        let sink = LagSink::start().await?;
+        let stack = env.stack(&[]).await;
+        steady_load(&stack, &sink, rate, duration_s).await?
+    };
+    let sink = LagSink::start().await?;
+    let stack = env.stack(&[]).await;
+    // Future work that must not cost anything until it is due: one-shot timers a year
+    // out, each with 1,000 planned occurrences (the shape of a long plan, rows-wise).
+    let per_timer = 1_000u64;
+    let timers = stored.div_ceil(per_timer);
+    sqlx::query(
+        "INSERT INTO timers (name, schedule_kind, run_at, http_url, plan_status)
+         SELECT 'stored-' || i, 'once', now() + interval '365 days', $1, 'done'
+           FROM generate_series(1, $2::bigint) AS i",
+    )
+    .bind(sink.url())
+    .bind(timers as i64)
+    .execute(&stack.db.pool)
+    .await?;
+    let ids: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM timers WHERE name LIKE 'stored-%'").fetch_all(&stack.db.pool).await?;
+    let started = std::time::Instant::now();
+    for chunk in ids.chunks(1_000) {
+        sqlx::query(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket)
+             SELECT t, s, s, 1, (random() * 1023)::smallint
+               FROM UNNEST($1::uuid[]) AS t,
+                    generate_series(now() + interval '365 days', now() + interval '365 days' + ($2 - 1) * interval '1 minute',
+                                    interval '1 minute') AS s",
+        )
+        .bind(chunk)
+        .bind(per_timer as i64)
+        .execute(&stack.db.pool)
+        .await?;
+    }
+    sqlx::query("VACUUM ANALYZE tasks").execute(&stack.db.pool).await?;
+    println!("stored: {} future tasks written in {:.0} s", timers * per_timer, started.elapsed().as_secs_f64());
+    let full = steady_load(&stack, &sink, rate, duration_s).await?;
+    println!(
+        "stored scale, {rate}/s: empty table: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms; beside {} stored tasks: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms",
+        empty.mean_scan_ms,
+        empty.lag.p50_ms,
+        empty.lag.p99_ms,
+        timers * per_timer,
+        full.mean_scan_ms,
+        full.lag.p50_ms,
+        full.lag.p99_ms
+    );
+    Ok(StoredResult { stored: timers * per_timer, empty, full })
+}
