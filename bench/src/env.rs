@@ -13,8 +13,9 @@ use crate::measure::rss;
 
 /// Production-like Postgres settings for the server the harness starts: durable (fsync
 /// and synchronous commit on), with memory and WAL sized for millions of rows.
-pub const PG_OPTIONS: &str =
-    "-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c track_io_timing=on";
+/// pg_stat_statements is loaded so that each load reports where Postgres spent its time.
+pub const PG_OPTIONS: &str = "-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min \
+     -c track_io_timing=on -c shared_preload_libraries=pg_stat_statements";
 
 pub struct Env {
     pub database_server: String,

@@ -87,6 +87,39 @@ impl RowWrites {
     }
 }
 
+/// One statement's share of Postgres' time, from pg_stat_statements.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct StatementTime {
+    pub calls: i64,
+    pub total_ms: f64,
+    pub mean_ms: f64,
+    pub rows: i64,
+    /// The statement's first words.
+    pub query: String,
+}
+
+/// Starts counting statement times afresh in this database, where pg_stat_statements is
+/// loaded (the harness's own server loads it; a server given may not: then nothing).
+pub async fn reset_statements(pool: &PgPool) -> bool {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").execute(pool).await.is_ok()
+        && sqlx::query("SELECT pg_stat_statements_reset()").execute(pool).await.is_ok()
+}
+
+/// The statements of this database that took most time since the reset.
+pub async fn top_statements(pool: &PgPool, n: i64) -> Vec<StatementTime> {
+    sqlx::query_as(
+        "SELECT calls, total_exec_time AS total_ms, mean_exec_time AS mean_ms, rows,
+                regexp_replace(left(query, 90), '\\s+', ' ', 'g') AS query
+           FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC LIMIT $1",
+    )
+    .bind(n)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::env::{current_mb, settle_stats, Env, Memory};
-use crate::measure::{LagStats, RowWrites};
+use crate::measure::{reset_statements, top_statements, LagStats, RowWrites, StatementTime};
 use crate::sink::LagSink;
 
 /// Interval timers created through the API; the rest of a load comes through SQL.
@@ -34,6 +34,23 @@ pub struct LoadResult {
     pub writes: RowWrites,
     /// Mean time of one scanner pass (plan, sweeps, claim).
     pub mean_scan_ms: f64,
+    /// Where the lag comes from: mean publish lag at the scanner (publish − due) and mean
+    /// start lag at the executor (start − scheduled; the sink's lag adds the callback).
+    pub mean_publish_lag_ms: f64,
+    pub mean_start_lag_ms: f64,
+    /// Where Postgres spent its time during the load.
+    pub top_statements: Vec<StatementTime>,
+}
+
+/// The mean of a Prometheus histogram, in milliseconds.
+fn mean_ms(metrics: &str, name: &str) -> f64 {
+    let count = metric_value(metrics, &format!("{name}_count")).unwrap_or(0.0);
+    let sum = metric_value(metrics, &format!("{name}_sum")).unwrap_or(0.0);
+    if count > 0.0 {
+        sum / count * 1_000.0
+    } else {
+        0.0
+    }
 }
 
 fn whole_second_after(lead: Duration) -> DateTime<Utc> {
@@ -48,6 +65,7 @@ fn whole_second_after(lead: Duration) -> DateTime<Utc> {
 /// [`API_TIMERS`] are created through the admin API, the rest with one SQL statement.
 pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
     let writes_before = RowWrites::read(&stack.db.pool).await?;
+    reset_statements(&stack.db.pool).await;
     // Far enough ahead that the timers are validated and planned before the first fire.
     let lead = Duration::from_secs(8 + u64::from(rate / 2_000));
     let t0 = whole_second_after(lead);
@@ -101,8 +119,7 @@ pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u
     settle_stats(&stack.db.pool).await;
     let writes = RowWrites::read(&stack.db.pool).await?.since(writes_before);
     let scanner_metrics = stack.metrics(&stack.scanner).await;
-    let scans = metric_value(&scanner_metrics, "punctual_scan_seconds_count").unwrap_or(0.0);
-    let scan_seconds = metric_value(&scanner_metrics, "punctual_scan_seconds_sum").unwrap_or(0.0);
+    let executor_metrics = stack.metrics(&stack.executor).await;
     let mut memory = Memory::peaks(stack);
     memory.executor_early_mb = executor_early_mb;
     memory.executor_late_mb = executor_late_mb;
@@ -118,7 +135,10 @@ pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u
         memory,
         row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
         writes,
-        mean_scan_ms: if scans > 0.0 { scan_seconds / scans * 1_000.0 } else { 0.0 },
+        mean_scan_ms: mean_ms(&scanner_metrics, "punctual_scan_seconds"),
+        mean_publish_lag_ms: mean_ms(&scanner_metrics, "punctual_publish_lag_seconds"),
+        mean_start_lag_ms: mean_ms(&executor_metrics, "punctual_fire_lag_seconds"),
+        top_statements: top_statements(&stack.db.pool, 8).await,
     })
 }
 
@@ -128,7 +148,7 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
     let stack = env.stack(&[]).await;
     let result = steady_load(&stack, &sink, rate, duration_s).await?;
     println!(
-        "sustained {rate}/s × {duration_s} s: delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms, {:.2} row writes/fire",
+        "sustained {rate}/s × {duration_s} s: delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
         result.delivered,
         result.expected,
         result.lost,
@@ -138,8 +158,16 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
         result.lag.p99_ms,
         result.lag.p999_ms,
         result.lag.max_ms,
+        result.mean_publish_lag_ms,
+        result.mean_start_lag_ms,
         result.row_writes_per_fire
     );
+    for s in &result.top_statements {
+        println!(
+            "  {:>9.0} ms {:>7} calls {:>8.2} ms/call {:>8} rows  {}",
+            s.total_ms, s.calls, s.mean_ms, s.rows, s.query
+        );
+    }
     Ok(result)
 }
 

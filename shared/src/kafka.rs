@@ -16,6 +16,9 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c.set("bootstrap.servers", &cfg.kafka_brokers);
     // Notice a topic re-created (after a broker lost it) within seconds, not minutes.
     c.set("topic.metadata.refresh.interval.ms", "10000");
+    // Due work is small messages that must not wait: without this, Nagle's algorithm holds
+    // a small request back until the previous one is acknowledged.
+    c.set("socket.nagle.disable", "true");
     c
 }
 

@@ -1,16 +1,18 @@
 //! Tasks (one per occurrence) and their state machine, in one place.
 //!
 //! ```text
-//! pending ──claim──▶ claimed ──publish──▶ published ──start──▶ running ──finish──▶ succeeded
-//!    ▲  ▲               │ lease expired: claimable again          │   failed, retryable: ──▶ pending (later due_at)
-//!    │  └───────────────┘                                          │   failed, no attempt left ──▶ dead
-//!    └────────────────────────────── replay ──── dead              └── (timer paused, deleted or edited) ──▶ cancelled
+//! pending ──claim──▶ claimed ──start──▶ running ──finish──▶ succeeded
+//!    ▲  ▲               │ lease expired: claimable again        │   failed, retryable: ──▶ pending (later due_at)
+//!    │  └───────────────┘ (scanner died or froze, message lost) │   failed, no attempt left ──▶ dead
+//!    └────────────────────────────── replay ──── dead            └── (timer paused, deleted or edited) ──▶ cancelled
 //! ```
 //!
 //! Every transition is one conditional SQL statement over a batch of tasks, so a service
 //! never re-spells a transition and a redelivered or stale request changes nothing. The
 //! statements are written for batches because they are the hot path: an occurrence costs
-//! one insert and four updates, each shared with the other tasks of its batch.
+//! one insert and three updates (claim, start, finish), each shared with the other tasks
+//! of its batch. Sending the message writes nothing: the claim's lease covers a message
+//! that never arrives.
 
 use std::time::Duration;
 
@@ -39,7 +41,6 @@ pub fn bucket_of(timer_id: Uuid) -> i16 {
 pub enum TaskStatus {
     Pending,
     Claimed,
-    Published,
     Running,
     Succeeded,
     Dead,
@@ -51,7 +52,6 @@ impl TaskStatus {
         match self {
             TaskStatus::Pending => "pending",
             TaskStatus::Claimed => "claimed",
-            TaskStatus::Published => "published",
             TaskStatus::Running => "running",
             TaskStatus::Succeeded => "succeeded",
             TaskStatus::Dead => "dead",
@@ -86,7 +86,7 @@ pub async fn plan(db: impl PgExecutor<'_>, tasks: &[PlannedTask]) -> Result<u64,
             SET timer_version = EXCLUDED.timer_version, status = 'pending', attempt = 1, due_at = EXCLUDED.due_at,
                 claim_owner = NULL, lease_until = NULL, error = NULL, finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
-            AND tasks.status IN ('pending', 'claimed', 'published', 'cancelled')",
+            AND tasks.status IN ('pending', 'claimed', 'cancelled')",
     )
     .bind(&timer_ids)
     .bind(&scheduled)
@@ -107,12 +107,16 @@ pub struct ClaimedTask {
     pub bucket: i16,
     pub attempt: i32,
     pub lease_until: DateTime<Utc>,
+    /// Claimed before, and its lease expired without the task starting: its scanner died
+    /// or froze, or its message was lost.
+    pub reclaimed: bool,
 }
 
 /// Claims up to `limit` tasks: pending ones due before now + `lookahead` (first attempts
-/// and retries alike), and claimed
-/// ones whose lease has expired (their scanner died or froze). Each row is locked with
-/// SKIP LOCKED, so concurrent claimers never block on or share a task.
+/// and retries alike), and claimed ones whose lease has expired without their task
+/// starting (their scanner died or froze, or their message never reached an executor).
+/// Each row is locked with SKIP LOCKED, so concurrent claimers never block on or share a
+/// task.
 pub async fn claim(
     db: &PgPool,
     owner: &str,
@@ -137,9 +141,9 @@ pub async fn claim(
          UPDATE tasks t
             SET status = 'claimed', claim_owner = $1, claimed_at = now(),
                 lease_until = now() + $2::interval
-           FROM (SELECT id FROM due UNION ALL SELECT id FROM expired) c
+           FROM (SELECT id, false AS reclaimed FROM due UNION ALL SELECT id, true FROM expired) c
           WHERE t.id = c.id
-         RETURNING t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.attempt, t.lease_until",
+         RETURNING t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.attempt, t.lease_until, c.reclaimed",
     )
     .bind(owner)
     .bind(lease)
@@ -147,35 +151,6 @@ pub async fn claim(
     .bind(limit)
     .fetch_all(db)
     .await
-}
-
-/// Marks tasks published, where this owner still holds their claim. A task whose
-/// executor already started it stays as it is.
-pub async fn mark_published(db: &PgPool, owner: &str, ids: &[i64]) -> Result<u64, sqlx::Error> {
-    let result = sqlx::query(
-        "UPDATE tasks SET status = 'published', published_at = now()
-          WHERE id = ANY($1) AND status = 'claimed' AND claim_owner = $2",
-    )
-    .bind(ids)
-    .bind(owner)
-    .execute(db)
-    .await?;
-    Ok(result.rows_affected())
-}
-
-/// Sends back to `pending` (due now) the tasks published more than `after` ago and still
-/// not started: the broker may have lost their messages (a broker without durable
-/// storage restarted, a topic deleted). If a message was only slow, the executor starts
-/// whichever copy comes first and skips the other. Returns how many were sent back.
-pub async fn republish_stale(db: &PgPool, after: Duration) -> Result<u64, sqlx::Error> {
-    let result = sqlx::query(
-        "UPDATE tasks SET status = 'pending', due_at = now(), claim_owner = NULL, lease_until = NULL
-          WHERE status = 'published' AND published_at < now() - $1::interval",
-    )
-    .bind(after)
-    .execute(db)
-    .await?;
-    Ok(result.rows_affected())
 }
 
 /// A task that the executor now runs, with its timer's action and retry policy.
@@ -217,20 +192,63 @@ impl StartedTask {
     }
 }
 
-/// Starts tasks for executor `owner`: → running, where the task is at the message's
-/// attempt and still waiting (claimed or published), or running under another executor
-/// (which crashed, or lost the partition: the run is repeated, with the same
-/// Idempotency-Key), and where the timer is still active and unchanged since the task was
-/// planned. The others of the batch that are waiting are cancelled. A redelivered message
-/// whose task is running here, finished, or at another attempt, changes nothing: the
-/// caller gets back only what it must run.
+/// The columns of a started task's timer (`tm`): its action and retry policy.
+const ACTION_COLUMNS: &str =
+    "tm.action_kind, tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
+    tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value,
+    tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms";
+
+/// A claim must outlive a run started without a mark by this much beyond the callback's
+/// timeout.
+const UNMARKED_RUN_MARGIN_MS: i32 = 2_000;
+
+/// Starts tasks for executor `owner`, from their messages (task id, attempt). Returns only
+/// what the caller must run; a redelivered message whose task finished, or is at another
+/// attempt, changes nothing and is not returned.
+///
+/// Most tasks start without a write: an HTTP callback of an active, unchanged timer whose
+/// overlap policy is `allow`, and whose claim outlives the callback's timeout (plus a
+/// margin), cannot be claimed again while it runs, so nothing else needs to know that it
+/// runs; its outcome is written by [`finish`]. The others take the marked path,
+/// [`start_marked`].
 pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
+    let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
+    let mut started: Vec<StartedTask> = sqlx::query_as(&format!(
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, {ACTION_COLUMNS}
+           FROM tasks t
+           JOIN UNNEST($1::bigint[], $2::int[]) AS m(id, attempt) ON m.id = t.id AND m.attempt = t.attempt
+           JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
+            AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
+            AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond'"
+    ))
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(UNMARKED_RUN_MARGIN_MS)
+    .fetch_all(db)
+    .await?;
+    if started.len() < tasks.len() {
+        let fast: std::collections::HashSet<i64> = started.iter().map(|s| s.id).collect();
+        let rest: Vec<(i64, i32)> = tasks.iter().copied().filter(|(id, _)| !fast.contains(id)).collect();
+        started.extend(start_marked(db, owner, &rest).await?);
+    }
+    Ok(started)
+}
+
+/// The marked start: → running, where the task is at the message's attempt and still
+/// claimed, or running under another executor (which crashed, or lost the partition: the
+/// run is repeated, with the same Idempotency-Key), and where the timer is still active
+/// and unchanged since the task was planned. The others of the batch that are waiting are
+/// cancelled, or deferred (overlap policy). A redelivered message whose task is running
+/// here changes nothing.
+pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
     // verdict: 'run'; 'cancel' (timer not active or changed; overlap 'skip'; overlap
     // 'buffer_one' with one already waiting); 'defer' (overlap 'buffer_one': back to
     // pending, due again shortly, until the running occurrence ends).
-    sqlx::query_as::<_, StartedTask>(
+    sqlx::query_as::<_, StartedTask>(&format!(
         "WITH waiting AS (
             SELECT t.id,
                    CASE
@@ -241,7 +259,7 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
                      WHEN tm.overlap_policy = 'buffer_one'
                       AND NOT EXISTS (SELECT 1 FROM tasks b
                                        WHERE b.timer_id = t.timer_id AND b.id <> t.id AND b.attempt = 1
-                                         AND b.status IN ('pending', 'claimed', 'published')
+                                         AND b.status IN ('pending', 'claimed')
                                          AND b.due_at > b.scheduled_at) THEN 'defer'
                      ELSE 'cancel'
                    END AS verdict,
@@ -251,7 +269,7 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
               FROM tasks t
               JOIN UNNEST($1::bigint[], $2::int[]) AS m(id, attempt) ON m.id = t.id AND m.attempt = t.attempt
               JOIN timers tm ON tm.id = t.timer_id
-             WHERE t.status IN ('claimed', 'published')
+             WHERE t.status = 'claimed'
                 OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3)
              FOR UPDATE OF t
          ), cancelled AS (
@@ -269,12 +287,9 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
              WHERE t.id = w.id AND w.verdict = 'run'
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
-         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, tm.action_kind,
-                tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
-                tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value,
-                tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms
-           FROM started s JOIN timers tm ON tm.id = s.timer_id",
-    )
+         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}
+           FROM started s JOIN timers tm ON tm.id = s.timer_id"
+    ))
     .bind(&ids)
     .bind(&attempts)
     .bind(owner)
@@ -331,6 +346,9 @@ pub enum Next {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub task_id: i64,
+    /// The attempt this is the outcome of: a task since moved on is left alone.
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
     pub next: Next,
     pub http_status: Option<i16>,
     pub response_excerpt: Option<String>,
@@ -338,9 +356,10 @@ pub struct Outcome {
     pub duration_ms: i32,
 }
 
-/// Writes back the outcomes of running tasks: running → succeeded | pending (retry) |
-/// dead. Each failed attempt is also kept in `task_attempts`. Returns how many tasks
-/// changed (a task no longer running, e.g. finished by another executor, is left alone).
+/// Writes back the outcomes of running tasks (marked running, or still claimed when they
+/// started without a mark): → succeeded | pending (retry) | dead. Each failed attempt is
+/// also kept in `task_attempts`. Returns how many tasks changed (a task finished by
+/// another executor, or at another attempt, is left alone).
 pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(0);
@@ -365,19 +384,22 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     let excerpts: Vec<Option<&str>> = outcomes.iter().map(|o| o.response_excerpt.as_deref()).collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let durations: Vec<i32> = outcomes.iter().map(|o| o.duration_ms).collect();
+    let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
+    let started: Vec<DateTime<Utc>> = outcomes.iter().map(|o| o.started_at).collect();
     let result = sqlx::query(
         "WITH v AS (
-            SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[], $7::int[])
-                AS v(id, status, due_at, http_status, excerpt, error, duration_ms)
+            SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[],
+                                 $7::int[], $8::int[], $9::timestamptz[])
+                AS v(id, status, due_at, http_status, excerpt, error, duration_ms, attempt, started_at)
          ), history AS (
             INSERT INTO task_attempts (task_id, attempt, started_at, http_status, error, response_excerpt, duration_ms)
-            SELECT t.id, t.attempt, t.started_at, v.http_status, v.error, v.excerpt, v.duration_ms
-              FROM tasks t JOIN v ON v.id = t.id
-             WHERE t.status = 'running' AND v.status <> 'succeeded'
+            SELECT t.id, t.attempt, v.started_at, v.http_status, v.error, v.excerpt, v.duration_ms
+              FROM tasks t JOIN v ON v.id = t.id AND v.attempt = t.attempt
+             WHERE t.status IN ('running', 'claimed') AND v.status <> 'succeeded'
             ON CONFLICT DO NOTHING
          )
          UPDATE tasks t
-            SET status = v.status,
+            SET status = v.status, started_at = v.started_at,
                 attempt = CASE WHEN v.status = 'pending' THEN t.attempt + 1 ELSE t.attempt END,
                 due_at = COALESCE(v.due_at, t.due_at),
                 finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE now() END,
@@ -385,7 +407,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
                 http_status = v.http_status, response_excerpt = v.excerpt, error = v.error,
                 duration_ms = v.duration_ms
            FROM v
-          WHERE t.id = v.id AND t.status = 'running'",
+          WHERE t.id = v.id AND t.attempt = v.attempt AND t.status IN ('running', 'claimed')",
     )
     .bind(&ids)
     .bind(&statuses)
@@ -394,6 +416,8 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     .bind(&excerpts)
     .bind(&errors)
     .bind(&durations)
+    .bind(&attempts)
+    .bind(&started)
     .execute(db)
     .await?;
     Ok(result.rows_affected())

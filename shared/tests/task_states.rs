@@ -40,9 +40,11 @@ fn first_attempts(ids: &[i64]) -> Vec<(i64, i32)> {
     ids.iter().map(|id| (*id, 1)).collect()
 }
 
-fn outcome(id: i64, next: Next) -> Outcome {
+fn outcome(id: i64, attempt: i32, next: Next) -> Outcome {
     Outcome {
         task_id: id,
+        attempt,
+        started_at: Utc::now(),
         next,
         http_status: Some(503),
         response_excerpt: Some("busy".into()),
@@ -52,27 +54,24 @@ fn outcome(id: i64, next: Next) -> Outcome {
 }
 
 #[tokio::test]
-async fn a_task_starts_once_and_finishes_once() {
+async fn a_marked_task_starts_once_and_finishes_once() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let ids = claimed_tasks(&db, t, 3).await;
-    assert_eq!(task::mark_published(&db.pool, "owner", &ids[..1]).await.unwrap(), 1);
 
-    // Claimed and published tasks both start (the published mark may trail the executor).
-    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
     assert_eq!(started.len(), 3);
     assert!(started.iter().all(|s| s.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
     assert_eq!(started[0].retry_policy(), punctual_shared::retry::RetryPolicy::default());
     // A redelivered message to the same executor starts nothing, and cancels nothing.
+    assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
     assert!(task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
     assert_eq!(row(&db, ids[0]).await.0, "running");
-    // A late published mark does not move a running task back.
-    assert_eq!(task::mark_published(&db.pool, "owner", &ids).await.unwrap(), 0);
 
-    let mut ok = outcome(ids[0], Next::Succeeded);
+    let mut ok = outcome(ids[0], 1, Next::Succeeded);
     ok.http_status = Some(200);
     ok.error = None;
-    let outcomes = vec![ok, outcome(ids[1], Next::Dead)];
+    let outcomes = vec![ok, outcome(ids[1], 1, Next::Dead)];
     assert_eq!(task::finish(&db.pool, &outcomes).await.unwrap(), 2);
     assert_eq!(task::finish(&db.pool, &outcomes).await.unwrap(), 0, "finishing twice changes nothing");
     assert_eq!(row(&db, ids[0]).await.0, "succeeded");
@@ -91,13 +90,37 @@ async fn a_task_starts_once_and_finishes_once() {
 }
 
 #[tokio::test]
+async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    // Claimed for 30 s; the callback times out after 10 s (the default): no mark needed.
+    let ids = claimed_tasks(&db, t, 2).await;
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    assert_eq!(started.len(), 2);
+    assert_eq!(row(&db, ids[0]).await.0, "claimed", "started without a write");
+    assert_eq!(task::finish(&db.pool, &[outcome(ids[0], 1, Next::Succeeded)]).await.unwrap(), 1);
+    assert_eq!(row(&db, ids[0]).await.0, "succeeded");
+    // A message redelivered after the outcome is written starts nothing.
+    assert!(task::start(&db.pool, "exec-2", &first_attempts(&ids[..1])).await.unwrap().is_empty());
+    // An outcome of another attempt changes nothing.
+    assert_eq!(task::finish(&db.pool, &[outcome(ids[1], 2, Next::Succeeded)]).await.unwrap(), 0);
+
+    // A callback that may outlast the claim is marked running, so that nothing claims it
+    // again while it runs.
+    let slow = timer_with(&db, "http_timeout_ms", "60000").await;
+    let slow_ids = claimed_tasks(&db, slow, 1).await;
+    assert_eq!(task::start(&db.pool, "exec-1", &first_attempts(&slow_ids)).await.unwrap().len(), 1);
+    assert_eq!(row(&db, slow_ids[0]).await.0, "running");
+}
+
+#[tokio::test]
 async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
     task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap();
     let due_at = Utc::now() + chrono::Duration::seconds(2);
-    assert_eq!(task::finish(&db.pool, &[outcome(id, Next::Retry { due_at })]).await.unwrap(), 1);
+    assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Retry { due_at })]).await.unwrap(), 1);
     assert_eq!(row(&db, id).await, ("pending".to_owned(), 2));
 
     // Not claimable before its new due time comes within the lookahead.
@@ -109,7 +132,7 @@ async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     // A stale message of attempt 1 does not start attempt 2.
     assert!(task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().is_empty());
     assert_eq!(task::start(&db.pool, "exec-1", &[(id, 2)]).await.unwrap().len(), 1);
-    task::finish(&db.pool, &[outcome(id, Next::Dead)]).await.unwrap();
+    task::finish(&db.pool, &[outcome(id, 2, Next::Dead)]).await.unwrap();
     let attempts: Vec<(i32, Option<i16>)> =
         sqlx::query_as("SELECT attempt, http_status FROM task_attempts WHERE task_id = $1 ORDER BY attempt")
             .bind(id)
@@ -129,12 +152,12 @@ async fn a_task_running_under_a_crashed_executor_runs_again_on_redelivery() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
-    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().len(), 1);
+    assert_eq!(task::start_marked(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().len(), 1);
     // exec-1 dies mid-callback; its uncommitted message goes to exec-2.
-    let again = task::start(&db.pool, "exec-2", &[(id, 1)]).await.unwrap();
+    let again = task::start_marked(&db.pool, "exec-2", &[(id, 1)]).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempt, 1, "the same attempt, with the same identity");
-    assert!(task::start(&db.pool, "exec-2", &[(id, 1)]).await.unwrap().is_empty());
+    assert!(task::start_marked(&db.pool, "exec-2", &[(id, 1)]).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -219,19 +242,22 @@ async fn late_tasks_follow_their_timers_misfire_policy() {
 #[tokio::test]
 async fn overlapping_runs_follow_their_timers_overlap_policy() {
     let db = TestDb::create().await;
+    // With `allow` all three run, started without a write (so still claimed); with the
+    // others, each start is marked, so that the next one sees the run.
     for (policy, second, third) in
-        [("allow", "running", "running"), ("skip", "cancelled", "cancelled"), ("buffer_one", "pending", "cancelled")]
+        [("allow", "claimed", "claimed"), ("skip", "cancelled", "cancelled"), ("buffer_one", "pending", "cancelled")]
     {
         let t = timer_with(&db, "overlap_policy", policy).await;
         let ids = claimed_tasks(&db, t, 3).await;
         assert_eq!(task::start(&db.pool, "exec-1", &[(ids[0], 1)]).await.unwrap().len(), 1);
-        task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap();
-        task::start(&db.pool, "exec-1", &[(ids[2], 1)]).await.unwrap();
+        let n = task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap().len()
+            + task::start(&db.pool, "exec-1", &[(ids[2], 1)]).await.unwrap().len();
+        assert_eq!(n, if policy == "allow" { 2 } else { 0 }, "{policy}: later occurrences started");
         assert_eq!(row(&db, ids[1]).await.0, second, "{policy}: the second occurrence");
         assert_eq!(row(&db, ids[2]).await.0, third, "{policy}: the third occurrence");
         if policy == "buffer_one" {
             // The buffered one runs once the first has finished.
-            let mut done = outcome(ids[0], Next::Succeeded);
+            let mut done = outcome(ids[0], 1, Next::Succeeded);
             done.error = None;
             task::finish(&db.pool, &[done]).await.unwrap();
             tokio::time::sleep(Duration::from_millis(250)).await;

@@ -259,15 +259,14 @@ async fn a_frozen_scanner_loses_its_claims_and_does_not_publish_them_when_thawed
 }
 
 /// A broker that loses acknowledged messages (storage lost, topic deleted and re-created)
-/// leaves tasks marked `published` whose message no executor will see. Injected here
-/// directly: task rows in `published` with no message behind them.
+/// leaves tasks claimed whose message no executor will see. Injected here directly: task
+/// rows claimed by a scanner long gone, with no message behind them; their leases expire
+/// after PUNCTUAL_LEASE_MS and they are claimed and published again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_whose_messages_the_broker_lost_are_published_again() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
-    let mut env = fast_recovery();
-    env.push(("PUNCTUAL_REPUBLISH_AFTER_MS", "2000".into()));
-    let stack = Stack::start(&env).await;
+    let stack = Stack::start(&fast_recovery()).await;
     let timer: Uuid = sqlx::query_scalar(
         "INSERT INTO timers (name, schedule_kind, run_at, http_url, plan_status)
          VALUES ('lost', 'once', now(), $1, 'done') RETURNING id",
@@ -276,9 +275,10 @@ async fn tasks_whose_messages_the_broker_lost_are_published_again() {
     .fetch_one(&stack.db.pool)
     .await
     .unwrap();
+    // Claimed (and published) a moment ago: their leases run out about 2 s from now.
     let lost: Vec<DateTime<Utc>> = sqlx::query_scalar(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, claim_owner, published_at)
-         SELECT $1, t, t, 1, 0, 'published', 'a-scanner-long-gone', now() - interval '1 second'
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, claim_owner, claimed_at, lease_until)
+         SELECT $1, t, t, 1, 0, 'claimed', 'a-scanner-long-gone', now(), now() + interval '2 seconds'
            FROM generate_series(now() - interval '5 seconds', now() - interval '1 second', interval '100 milliseconds') AS t
          RETURNING scheduled_at",
     )
@@ -299,14 +299,15 @@ async fn tasks_whose_messages_the_broker_lost_are_published_again() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let calls = sink.calls();
-    let republished =
-        punctual_testkit::stack::metric_value(&stack.metrics(&stack.scanner).await, "punctual_tasks_republished_total");
-    println!("lost messages: {}, calls: {}, republished: {republished:?}", expected.len(), calls.len());
+    let reclaimed =
+        punctual_testkit::stack::metric_value(&stack.metrics(&stack.scanner).await, "punctual_tasks_reclaimed_total");
+    println!("lost messages: {}, calls: {}, claimed again: {reclaimed:?}", expected.len(), calls.len());
     assert!(seen.is_ok(), "every lost task ran\n{}", dump_logs(&stack));
     assert_eq!(calls.len(), expected.len(), "each once");
     let stuck: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status <> 'succeeded'")
         .fetch_one(&stack.db.pool)
         .await
         .unwrap();
-    assert_eq!(stuck, 0, "nothing stays stuck in published");
+    assert_eq!(stuck, 0, "nothing stays stuck claimed");
+    assert_eq!(reclaimed, Some(expected.len() as f64), "each lost task claimed again once");
 }

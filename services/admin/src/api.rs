@@ -353,8 +353,7 @@ struct RunsQuery {
 }
 
 /// A task as the API shows it, with its failed attempts (oldest first).
-const RUN_COLUMNS: &str =
-    "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at, t.published_at,
+const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
     t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms,
     COALESCE((SELECT json_agg(json_build_object(
                 'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
@@ -371,7 +370,6 @@ struct RunRow {
     status: String,
     attempt: i32,
     claimed_at: Option<DateTime<Utc>>,
-    published_at: Option<DateTime<Utc>>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
     http_status: Option<i16>,

@@ -31,7 +31,8 @@ pub struct ScannerConfig {
     /// Pending tasks due within this window are claimed and held in memory until they fire.
     #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 5_000)]
     pub lookahead_ms: u64,
-    /// A claim expires this long after it was taken; another scanner may then take the task.
+    /// A claim expires this long after it was taken, unless its task has started; the task
+    /// is then claimed and published again (its scanner died or froze, or its message was lost).
     #[arg(long, env = "PUNCTUAL_LEASE_MS", default_value_t = 30_000)]
     pub lease_ms: u64,
     /// Most tasks claimed by one statement.
@@ -40,10 +41,6 @@ pub struct ScannerConfig {
     /// Most tasks held in memory; claiming pauses above it.
     #[arg(long, env = "PUNCTUAL_MAX_HELD", default_value_t = 2_000_000)]
     pub max_held: usize,
-    /// Tasks published this long ago and still not started are published again (the broker
-    /// may have lost them).
-    #[arg(long, env = "PUNCTUAL_REPUBLISH_AFTER_MS", default_value_t = 60_000)]
-    pub republish_after_ms: u64,
     /// Occurrences missed by more than this (system down or behind) are fired once, not each.
     #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
     pub misfire_threshold_ms: u64,

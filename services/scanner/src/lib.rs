@@ -5,9 +5,8 @@
 //! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
 //!   a `punctual_timers` notification arrives;
 //! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
-//!   and publishes them;
-//! * the publish marker ([`publisher::mark_published_loop`]): writes `published` for
-//!   delivered messages, in batches.
+//!   and publishes them. Publishing writes nothing to Postgres: a task whose message is
+//!   lost stays claimed until its lease expires, and is then claimed and sent again.
 
 pub mod config;
 pub mod metrics;
@@ -80,7 +79,6 @@ impl App {
         let wake = Arc::new(Notify::new());
         let topic_missing = Arc::new(AtomicBool::new(false));
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
-        let (delivered_tx, delivered_rx) = mpsc::unbounded_channel::<i64>();
 
         tracker.spawn(listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tracker.spawn(scan_loop(
@@ -104,12 +102,10 @@ impl App {
                 topic: self.config.kafka.tasks_topic.clone(),
                 partitions: self.partitions,
                 metrics: self.metrics.clone(),
-                delivered: delivered_tx,
             },
             claimed_rx,
             token.clone(),
         ));
-        tracker.spawn(publisher::mark_published_loop(self.pool.clone(), self.owner.clone(), delivered_rx));
         tracker.close();
 
         let served = ops::serve(self.listener, ops::router(self.metrics.registry.clone()), token.clone()).await;
@@ -224,11 +220,6 @@ async fn scan_once(
             break;
         }
     }
-    let republished = task::republish_stale(pool, std::time::Duration::from_millis(config.republish_after_ms)).await?;
-    if republished > 0 {
-        metrics.republished.inc_by(republished);
-        tracing::warn!(count = republished, "published tasks never started: publishing them again");
-    }
     let misfired = task::cancel_misfired(pool, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
     if misfired > 0 {
         metrics.misfired.inc_by(misfired);
@@ -241,6 +232,11 @@ async fn scan_once(
         let claimed = task::claim(pool, owner, config.lookahead(), config.lease(), config.claim_batch).await?;
         let n = claimed.len();
         metrics.claimed.inc_by(n as u64);
+        let reclaimed = claimed.iter().filter(|t| t.reclaimed).count();
+        if reclaimed > 0 {
+            metrics.reclaimed.inc_by(reclaimed as u64);
+            tracing::warn!(count = reclaimed, "claims expired without their tasks starting: publishing them again");
+        }
         if n > 0 && claimed_tx.send(claimed).await.is_err() {
             break; // the wheel driver has stopped: shutting down
         }

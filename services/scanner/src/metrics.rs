@@ -13,7 +13,7 @@ pub struct Metrics {
     pub fenced: IntCounter,
     pub scan_errors: IntCounter,
     pub misfired: IntCounter,
-    pub republished: IntCounter,
+    pub reclaimed: IntCounter,
     pub held: IntGauge,
     pub publish_lag: Histogram,
     pub scan_seconds: Histogram,
@@ -35,7 +35,10 @@ impl Metrics {
             counter("punctual_publish_errors_total", "Tasks whose publish failed (left to be re-claimed)");
         let fenced = counter("punctual_tasks_fenced_total", "Held tasks dropped because their claim had expired");
         let scan_errors = counter("punctual_scan_errors_total", "Planning or claiming passes that failed");
-        let republished = counter("punctual_tasks_republished_total", "Published tasks never started, sent again");
+        let reclaimed = counter(
+            "punctual_tasks_reclaimed_total",
+            "Tasks claimed again after their lease expired without them starting (scanner died or froze, message lost)",
+        );
         let misfired =
             counter("punctual_tasks_misfired_total", "Late occurrences cancelled by their timers' misfire policies");
         let held =
@@ -63,7 +66,7 @@ impl Metrics {
             fenced,
             scan_errors,
             misfired,
-            republished,
+            reclaimed,
             held,
             publish_lag,
             scan_seconds,

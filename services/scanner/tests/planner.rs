@@ -168,9 +168,16 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let c = task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap();
     assert_eq!(c.len(), 200);
-    // The old owner can no longer mark them published.
-    assert_eq!(task::mark_published(&db.pool, "a", &ids).await.unwrap(), 0);
-    assert_eq!(task::mark_published(&db.pool, "c", &ids).await.unwrap(), 200);
+    assert!(c.iter().all(|t| t.reclaimed), "claimed again after the leases expired");
+    assert!(a.iter().chain(&b).all(|t| !t.reclaimed), "first claims");
+    // A task marked running is no longer claimable, whatever its lease says (one started
+    // without a mark is protected by its lease alone, which outlives its callback).
+    let ids: Vec<(i64, i32)> = c.iter().map(|t| (t.id, t.attempt)).collect();
+    let started = task::start_marked(&db.pool, "exec", &ids).await.unwrap();
+    assert_eq!(started.len(), 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sqlx::query("UPDATE tasks SET lease_until = now() - interval '1 second'").execute(&db.pool).await.unwrap();
+    assert!(task::claim(&db.pool, "d", lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
 }
 
 #[tokio::test]
