@@ -9,7 +9,7 @@ use punctual_testkit::{ServiceProcess, Stack};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::measure::rss;
+use crate::measure::{children, cpu_seconds, rss};
 
 /// Production-like Postgres settings for the server the harness starts: durable (fsync
 /// and synchronous commit on), with memory and WAL sized for millions of rows.
@@ -20,8 +20,8 @@ pub const PG_OPTIONS: &str = "-c shared_buffers=1GB -c max_wal_size=8GB -c check
 pub struct Env {
     pub database_server: String,
     pub brokers: String,
-    _pg: Option<PgServer>,
-    _broker: Option<Broker>,
+    pg: Option<PgServer>,
+    broker: Option<Broker>,
 }
 
 impl Env {
@@ -32,8 +32,8 @@ impl Env {
         Env {
             database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
             brokers: brokers.unwrap_or_else(|| broker.as_ref().expect("started").brokers()),
-            _pg: pg,
-            _broker: broker,
+            pg,
+            broker,
         }
     }
 
@@ -45,6 +45,73 @@ impl Env {
         ];
         env.extend(extra.iter().cloned());
         Stack::start_on(&self.database_server, &self.brokers, &env).await
+    }
+}
+
+/// CPU seconds used so far by each part of the stack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuSample {
+    pub scanner: f64,
+    pub executor: f64,
+    pub broker: f64,
+    pub postgres: f64,
+    /// This process: the lag sink (and the harness, idle while it waits).
+    pub sink: f64,
+}
+
+/// CPU time per delivered fire, by part, in µs: where a fire's cost goes.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuPerFire {
+    pub scanner_us: f64,
+    pub executor_us: f64,
+    pub broker_us: f64,
+    pub postgres_us: f64,
+    pub sink_us: f64,
+    pub total_us: f64,
+}
+
+impl CpuSample {
+    pub fn per_fire(self, before: CpuSample, fires: u64) -> CpuPerFire {
+        let per = |a: f64, b: f64| (a - b) * 1e6 / fires.max(1) as f64;
+        let c = CpuPerFire {
+            scanner_us: per(self.scanner, before.scanner),
+            executor_us: per(self.executor, before.executor),
+            broker_us: per(self.broker, before.broker),
+            postgres_us: per(self.postgres, before.postgres),
+            sink_us: per(self.sink, before.sink),
+            total_us: 0.0,
+        };
+        CpuPerFire { total_us: c.scanner_us + c.executor_us + c.broker_us + c.postgres_us + c.sink_us, ..c }
+    }
+}
+
+impl Env {
+    /// CPU used so far by the stack's processes (the broker and Postgres only when the
+    /// harness started them: it knows their process ids).
+    pub fn cpu(&self, stack: &Stack) -> CpuSample {
+        let of = |pid: Option<u32>| pid.and_then(cpu_seconds).unwrap_or(0.0);
+        let postgres = self
+            .postmaster_pid()
+            .map_or(0.0, |pm| of(Some(pm)) + children(pm).into_iter().map(|p| of(Some(p))).sum::<f64>());
+        CpuSample {
+            scanner: of(stack.scanner.pid()),
+            executor: of(stack.executor.pid()),
+            broker: of(self.broker_pid()),
+            postgres,
+            sink: of(Some(std::process::id())),
+        }
+    }
+
+    fn broker_pid(&self) -> Option<u32> {
+        let broker = self.broker.as_ref()?;
+        std::fs::read_to_string(broker.dir.join("broker.pid")).ok()?.trim().parse().ok()
+    }
+
+    fn postmaster_pid(&self) -> Option<u32> {
+        let pg = self.pg.as_ref()?;
+        let data = std::fs::read_to_string(pg.dir.join("pgdata.path")).ok()?;
+        let pid_file = std::fs::read_to_string(std::path::Path::new(data.trim()).join("postmaster.pid")).ok()?;
+        pid_file.lines().next()?.trim().parse().ok()
     }
 }
 

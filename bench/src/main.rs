@@ -47,7 +47,7 @@ enum Command {
         /// Folder for results.json, results.md and lag-vs-rate.svg.
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
-        /// Sustained rates to step through, fires/s (default: 1000,5000,10000,20000; smoke: 200).
+        /// Sustained rates to step through, fires/s (default: 1000,2500,5000,7500,10000,15000,20000; smoke: 200).
         #[arg(long, value_delimiter = ',')]
         rates: Option<Vec<u32>>,
         #[command(flatten)]
@@ -147,7 +147,10 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, env: E
     let (claim_rows, messages) = if smoke { (20_000, 20_000) } else { (200_000, 1_000_000) };
     results.claim_baseline = Some(baselines::claim(&env.database_server, claim_rows, 5_000).await?);
     results.broker_baseline = Some(baselines::broker(&env.brokers, messages, 4).await?);
-    let rates = rates.unwrap_or_else(|| if smoke { vec![200] } else { vec![1_000, 5_000, 10_000, 20_000] });
+    let rates =
+        rates.unwrap_or_else(
+            || if smoke { vec![200] } else { vec![1_000, 2_500, 5_000, 7_500, 10_000, 15_000, 20_000] },
+        );
     let duration = if smoke { 5 } else { 30 };
     for rate in rates {
         results.sustained.push(scenarios::sustained(&env, rate, duration).await?);

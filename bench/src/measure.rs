@@ -48,6 +48,37 @@ pub fn rss(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// CPU time (user + system) a process has used so far, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing paren.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Clock ticks per second: 100 on Linux for every architecture this runs on.
+    Some(ticks as f64 / 100.0)
+}
+
+/// The processes whose parent is `parent` (a Postgres server's backends).
+pub fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat[stat.rfind(')')? + 2..].to_owned();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                .is_some_and(|ppid| ppid == parent)
+        })
+        .collect()
+}
+
 /// Rows inserted, updated and deleted so far in Punctual's tables (from the statistics
 /// collector, which lags by up to its flush interval: read after the load has settled).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -135,6 +166,19 @@ mod tests {
         assert!((s.p50_ms - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.p99_ms - 990.0).abs() < 1.0, "{s:?}");
         assert!((s.max_ms - 1000.0).abs() < 1.0, "{s:?}");
+    }
+
+    #[test]
+    fn own_cpu_time_grows_with_work() {
+        let before = cpu_seconds(std::process::id()).expect("/proc/self/stat");
+        let mut x = 0u64;
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = cpu_seconds(std::process::id()).unwrap();
+        assert!(after - before >= 0.2, "{before} → {after}");
     }
 
     #[test]

@@ -93,6 +93,29 @@ impl Results {
                 );
             }
         }
+        if !self.sustained.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nCPU per delivered fire, µs (from the first occurrence to the last delivery):\n\n| rate /s | scanner | executor | broker | postgres | sink | total | row writes /fire | of which HOT |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+            for r in &self.sustained {
+                let c = &r.cpu_per_fire;
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+                    r.rate,
+                    c.scanner_us,
+                    c.executor_us,
+                    c.broker_us,
+                    c.postgres_us,
+                    c.sink_us,
+                    c.total_us,
+                    r.row_writes_per_fire,
+                    r.writes.hot_updated as f64 / r.delivered.max(1) as f64
+                );
+            }
+        }
         if let Some(best) = self.best_sustained() {
             let _ = write!(
                 md,

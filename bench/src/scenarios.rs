@@ -9,12 +9,15 @@ use punctual_testkit::Stack;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::env::{current_mb, settle_stats, Env, Memory};
+use crate::env::{current_mb, settle_stats, CpuPerFire, Env, Memory};
 use crate::measure::{reset_statements, top_statements, LagStats, RowWrites, StatementTime};
 use crate::sink::LagSink;
 
 /// Interval timers created through the API; the rest of a load comes through SQL.
 const API_TIMERS: u32 = 20;
+/// A load ends when nothing more arrived for this long (seconds) after its last occurrence
+/// was due; what has not arrived by then counts as lost.
+const STALL_S: i64 = 20;
 
 /// What a steady load delivered.
 #[derive(Debug, Clone, Serialize)]
@@ -40,6 +43,8 @@ pub struct LoadResult {
     pub mean_start_lag_ms: f64,
     /// Where Postgres spent its time during the load.
     pub top_statements: Vec<StatementTime>,
+    /// CPU time per fire, by process, from the first occurrence to the last delivery.
+    pub cpu_per_fire: CpuPerFire,
 }
 
 /// The mean of a Prometheus histogram, in milliseconds.
@@ -63,7 +68,13 @@ fn whole_second_after(lead: Duration) -> DateTime<Utc> {
 /// firing every second, their start times spread evenly over the first second after
 /// `lead`, so the load is smooth rather than one spike per second. The first
 /// [`API_TIMERS`] are created through the admin API, the rest with one SQL statement.
-pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
+pub async fn steady_load(
+    env: &Env,
+    stack: &Stack,
+    sink: &LagSink,
+    rate: u32,
+    duration_s: u32,
+) -> anyhow::Result<LoadResult> {
     let writes_before = RowWrites::read(&stack.db.pool).await?;
     reset_statements(&stack.db.pool).await;
     // Far enough ahead that the timers are validated and planned before the first fire.
@@ -96,18 +107,29 @@ pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u
 
     let expected = u64::from(rate) * u64::from(duration_s);
     // Every occurrence is due by `end`; allow a generous drain after it.
-    let deadline = end + chrono::Duration::seconds(30 + i64::from(duration_s));
     let mut executor_early_mb = 0.0;
+    if let Ok(wait) = (t0 - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+    let cpu_before = env.cpu(stack);
+    // Until everything arrived, or nothing more for a while after the last occurrence was
+    // due: a rate above what the system sustains drains late, and late is not lost.
+    let mut progress = (0usize, Utc::now());
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = Utc::now();
         if executor_early_mb == 0.0 && now > t0 + chrono::Duration::seconds(2) {
             executor_early_mb = current_mb(&stack.executor);
         }
-        if sink.distinct() as u64 >= expected || now > deadline {
+        let distinct = sink.distinct();
+        if distinct > progress.0 {
+            progress = (distinct, now);
+        }
+        if distinct as u64 >= expected || (now > end && now - progress.1 > chrono::Duration::seconds(STALL_S)) {
             break;
         }
     }
+    let cpu_after = env.cpu(stack);
     // Late duplicates (redeliveries) would arrive shortly after: give them a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let executor_late_mb = current_mb(&stack.executor);
@@ -139,6 +161,7 @@ pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u
         mean_publish_lag_ms: mean_ms(&scanner_metrics, "punctual_publish_lag_seconds"),
         mean_start_lag_ms: mean_ms(&executor_metrics, "punctual_fire_lag_seconds"),
         top_statements: top_statements(&stack.db.pool, 8).await,
+        cpu_per_fire: cpu_after.per_fire(cpu_before, delivered),
     })
 }
 
@@ -146,7 +169,7 @@ pub async fn steady_load(stack: &Stack, sink: &LagSink, rate: u32, duration_s: u
 pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
     let sink = LagSink::start().await?;
     let stack = env.stack(&[]).await;
-    let result = steady_load(&stack, &sink, rate, duration_s).await?;
+    let result = steady_load(env, &stack, &sink, rate, duration_s).await?;
     println!(
         "sustained {rate}/s × {duration_s} s: delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
         result.delivered,
@@ -161,6 +184,11 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
         result.mean_publish_lag_ms,
         result.mean_start_lag_ms,
         result.row_writes_per_fire
+    );
+    let c = &result.cpu_per_fire;
+    println!(
+        "  CPU per fire: scanner {:.0} µs, executor {:.0} µs, broker {:.0} µs, postgres {:.0} µs, sink {:.0} µs: {:.0} µs",
+        c.scanner_us, c.executor_us, c.broker_us, c.postgres_us, c.sink_us, c.total_us
     );
     for s in &result.top_statements {
         println!(
@@ -228,8 +256,8 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
     if inserted_at > t0 {
         println!("burst: inserting took until {:.1} s past the window's start", (inserted_at - t0).as_seconds_f64());
     }
-    let deadline = end + chrono::Duration::seconds(120 + i64::from(window_s));
     let (mut peak_held, mut rss_at_peak) = (0u64, 0.0f64);
+    let mut progress = (0usize, Utc::now());
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let held =
@@ -238,7 +266,11 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
             peak_held = held;
             rss_at_peak = current_mb(&stack.scanner);
         }
-        if sink.distinct() as u64 >= timers || Utc::now() > deadline {
+        let (distinct, now) = (sink.distinct(), Utc::now());
+        if distinct > progress.0 {
+            progress = (distinct, now);
+        }
+        if distinct as u64 >= timers || (now > end && now - progress.1 > chrono::Duration::seconds(STALL_S)) {
             break;
         }
     }
@@ -289,7 +321,7 @@ pub async fn stored(env: &Env, stored: u64, rate: u32, duration_s: u32) -> anyho
     let empty = {
         let sink = LagSink::start().await?;
         let stack = env.stack(&[]).await;
-        steady_load(&stack, &sink, rate, duration_s).await?
+        steady_load(env, &stack, &sink, rate, duration_s).await?
     };
     let sink = LagSink::start().await?;
     let stack = env.stack(&[]).await;
@@ -324,7 +356,7 @@ pub async fn stored(env: &Env, stored: u64, rate: u32, duration_s: u32) -> anyho
     }
     sqlx::query("VACUUM ANALYZE tasks").execute(&stack.db.pool).await?;
     println!("stored: {} future tasks written in {:.0} s", timers * per_timer, started.elapsed().as_secs_f64());
-    let full = steady_load(&stack, &sink, rate, duration_s).await?;
+    let full = steady_load(env, &stack, &sink, rate, duration_s).await?;
     println!(
         "stored scale, {rate}/s: empty table: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms; beside {} stored tasks: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms",
         empty.mean_scan_ms,
