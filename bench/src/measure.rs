@@ -48,7 +48,7 @@ pub fn rss(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// CPU time (user + system) a process has used so far, in seconds.
+/// CPU time (user + system) a process and its exited children have used so far, in seconds.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces: count fields after its closing paren.
@@ -56,6 +56,9 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Plus its children that have exited and been waited for (fields 16, 17): a Postgres
+    // server's backends and autovacuum workers come and go.
+    let ticks = ticks + fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?;
     // Clock ticks per second: 100 on Linux for every architecture this runs on.
     Some(ticks as f64 / 100.0)
 }
