@@ -40,8 +40,8 @@ impl Env {
     /// The three services against a database of their own, with `extra` settings.
     pub async fn stack(&self, extra: &[(&'static str, String)]) -> Stack {
         let mut env: Vec<(&'static str, String)> = vec![
-            // Warnings only: at these rates an info line per event would be the load.
-            ("RUST_LOG", "warn".into()),
+            // Warnings only by default: at these rates an info line per event would be the load.
+            ("RUST_LOG", std::env::var("PUNCTUAL_BENCH_SERVICE_LOG").unwrap_or_else(|_| "warn".into())),
         ];
         env.extend(extra.iter().cloned());
         Stack::start_on(&self.database_server, &self.brokers, &env).await
