@@ -48,17 +48,21 @@ pub fn rss(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces):
+/// the line's third field (state) comes first.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.get(stat.rfind(')')? + 2..)?.split_whitespace().map(str::to_owned).collect())
+}
+
 /// CPU time (user + system) a process and its exited children have used so far, in seconds.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: count fields after its closing paren.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Plus its children that have exited and been waited for (fields 16, 17): a Postgres
-    // server's backends and autovacuum workers come and go.
-    let ticks = ticks + fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?;
+    let fields = stat_fields(pid)?;
+    let field = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    // utime, stime (the line's fields 14, 15), and the same for its children that have
+    // exited and been waited for (16, 17): a Postgres server's backends and autovacuum
+    // workers come and go.
+    let ticks = field(11)? + field(12)? + field(13)? + field(14)?;
     // Clock ticks per second: 100 on Linux for every architecture this runs on.
     Some(ticks as f64 / 100.0)
 }
@@ -70,15 +74,7 @@ pub fn children(parent: u32) -> Vec<u32> {
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let rest = stat[stat.rfind(')')? + 2..].to_owned();
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                .is_some_and(|ppid| ppid == parent)
-        })
+        .filter(|pid| stat_fields(*pid).and_then(|f| f.get(1)?.parse::<u32>().ok()) == Some(parent))
         .collect()
 }
 

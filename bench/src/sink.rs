@@ -72,10 +72,9 @@ impl Drop for LagSink {
     }
 }
 
-/// `<timer_id>:<RFC 3339>` → the occurrence time.
+/// `<timer_id>:<RFC 3339>` → the occurrence time, in µs since the epoch.
 fn scheduled_us(key: &str) -> Option<i64> {
-    let (_, at) = key.split_once(':')?;
-    DateTime::parse_from_rfc3339(at).ok().map(|t| t.timestamp_micros())
+    punctual_shared::timer::identity_scheduled_at(key).map(|t| t.timestamp_micros())
 }
 
 async fn record(State(deliveries): State<Deliveries>, headers: HeaderMap) -> StatusCode {

@@ -533,9 +533,23 @@ pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
     format!("{timer_id}:{}", scheduled_at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
 }
 
+/// The occurrence time named by a task identity (the inverse of [`task_identity`]'s second
+/// half), e.g. as a callback target reads it from `Idempotency-Key`.
+pub fn identity_scheduled_at(identity: &str) -> Option<DateTime<Utc>> {
+    let (_, at) = identity.split_once(':')?;
+    DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_identity_names_its_occurrence_time() {
+        let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc);
+        assert_eq!(identity_scheduled_at(&task_identity(Uuid::nil(), at)), Some(at));
+        assert_eq!(identity_scheduled_at("no-time-here"), None);
+    }
 
     fn spec(v: Value) -> Result<NewTimer, FieldError> {
         serde_json::from_value::<TimerSpec>(v).unwrap().validate()

@@ -27,9 +27,7 @@ pub struct Call {
 impl Call {
     /// The occurrence time, read from the Idempotency-Key (`<timer_id>:<RFC 3339>`).
     pub fn scheduled_at(&self) -> Option<DateTime<Utc>> {
-        let key = self.idempotency_key.as_deref()?;
-        let (_, at) = key.split_once(':')?;
-        DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
+        punctual_shared::timer::identity_scheduled_at(self.idempotency_key.as_deref()?)
     }
 }
 

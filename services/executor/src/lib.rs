@@ -3,9 +3,10 @@
 //! For each batch of messages it reads: one statement checks which tasks are still
 //! claimed at the message's attempt (most then run without a write; the others are marked
 //! running, see [`task::start`]) and cancels those whose timer was paused, deleted or
-//! changed; a redelivered message finds its task finished and is skipped. Each started task's callback runs concurrently (at most `max_in_flight` at
-//! once); outcomes are written back in batches, and only then are their offsets stored
-//! for commit, as far as the completed prefix of each partition reaches.
+//! changed; a redelivered message finds its task finished and is skipped. Each started
+//! task's callback runs concurrently (at most `max_in_flight` at once); outcomes are
+//! written back in batches, and only then are their offsets stored for commit, as far as
+//! the completed prefix of each partition reaches.
 
 pub mod callback;
 pub mod config;

@@ -2,6 +2,8 @@
 //! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
 //!
 //! Three long-lived tasks under one cancellation token:
+//! * the listener ([`listen_for_timers`]): wakes the scan loop on `punctual_timers`
+//!   notifications;
 //! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
 //!   a `punctual_timers` notification arrives;
 //! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
