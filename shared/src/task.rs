@@ -1,6 +1,8 @@
 //! Tasks (one per occurrence) and their state machine, in one place.
 //!
 //! ```text
+//! plan────────────────┐ due within the planning scanner's lookahead: written claimed
+//!  ▼                  ▼
 //! pending ──claim──▶ claimed ──start──▶ running ──finish──▶ succeeded
 //!    ▲  ▲               │ lease expired: claimable again        │   failed, retryable: ──▶ pending (later due_at)
 //!    │  └───────────────┘ (scanner died or froze, message lost) │   failed, no attempt left ──▶ dead
@@ -9,10 +11,11 @@
 //!
 //! Every transition is one conditional SQL statement over a batch of tasks, so a service
 //! never re-spells a transition and a redelivered or stale request changes nothing. The
-//! statements are written for batches because they are the hot path: an occurrence costs
-//! one insert and three updates (claim, start, finish), each shared with the other tasks
-//! of its batch. Sending the message writes nothing: the claim's lease covers a message
-//! that never arrives.
+//! statements are written for batches because they are the hot path. An occurrence
+//! planned within its scanner's lookahead is inserted claimed; most start without a write
+//! (see [`start`]); so an occurrence usually costs two row writes, the insert and the
+//! outcome, each shared with the other tasks of its batch. Sending the message writes
+//! nothing: the claim's lease covers a message that never arrives.
 
 use std::time::Duration;
 
@@ -68,33 +71,109 @@ pub struct PlannedTask {
     pub timer_version: i64,
 }
 
+/// Which of the occurrences a plan writes are written claimed, and by whom: a scanner
+/// that plans occurrences due within its lookahead claims them in the same write, rather
+/// than inserting them pending and claiming them with a second write moments later.
+#[derive(Debug, Clone)]
+pub struct PlanClaim<'a> {
+    pub owner: &'a str,
+    /// Occurrences due before this are written claimed.
+    pub due_before: DateTime<Utc>,
+    pub lease: Duration,
+}
+
+/// What [`plan`] wrote.
+#[derive(Debug, Default)]
+pub struct Planned {
+    /// Rows inserted or re-planned.
+    pub written: u64,
+    /// Those written claimed, for the claimer to hold and publish.
+    pub claimed: Vec<ClaimedTask>,
+}
+
+/// A row written by [`plan`].
+#[derive(sqlx::FromRow)]
+struct PlannedRow {
+    id: i64,
+    timer_id: Uuid,
+    scheduled_at: DateTime<Utc>,
+    due_at: DateTime<Utc>,
+    bucket: i16,
+    attempt: i32,
+    lease_until: Option<DateTime<Utc>>,
+}
+
 /// Inserts occurrences; an occurrence that exists already is left alone, unless it was
 /// planned from an older version of its timer and has not started, in which case it is
-/// re-planned from the new version. Returns how many rows were inserted or re-planned.
-pub async fn plan(db: impl PgExecutor<'_>, tasks: &[PlannedTask]) -> Result<u64, sqlx::Error> {
+/// re-planned from the new version (if a scanner holds its claim, it keeps it). With
+/// `claim`, those due before `claim.due_before` are written claimed by `claim.owner` (one
+/// write instead of an insert and a claim).
+pub async fn plan(
+    db: impl PgExecutor<'_>,
+    tasks: &[PlannedTask],
+    claim: Option<&PlanClaim<'_>>,
+) -> Result<Planned, sqlx::Error> {
     if tasks.is_empty() {
-        return Ok(0);
+        return Ok(Planned::default());
     }
     let timer_ids: Vec<Uuid> = tasks.iter().map(|t| t.timer_id).collect();
     let scheduled: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.scheduled_at).collect();
     let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
     let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
-    let result = sqlx::query(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket)
-         SELECT t, s, s, v, b FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[]) AS u(t, s, v, b)
+    // With no claim, `s < NULL` is never true: every row is written pending. A row comes
+    // back with its lease only if this statement claimed it (`now()` is the transaction's
+    // start, so `claimed_at = now()` tells this claim from an earlier one).
+    // A re-planned occurrence whose claim is still held stays with its holder, which
+    // publishes it once, and runs from the new version; giving it a second claim would
+    // have two scanners publish it, and both messages would run.
+    let held = "tasks.status = 'claimed' AND tasks.lease_until > now()";
+    let keep_if_held = |col: &str| format!("{col} = CASE WHEN {held} THEN tasks.{col} ELSE EXCLUDED.{col} END");
+    let keep: Vec<String> =
+        ["status", "attempt", "due_at", "claim_owner", "claimed_at", "lease_until"].map(keep_if_held).into();
+    let rows: Vec<PlannedRow> = sqlx::query_as(&format!(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket,
+                            status, claim_owner, claimed_at, lease_until)
+         SELECT t, s, s, v, b,
+                CASE WHEN s < $5 THEN 'claimed' ELSE 'pending' END,
+                CASE WHEN s < $5 THEN $6 END,
+                CASE WHEN s < $5 THEN now() END,
+                CASE WHEN s < $5 THEN now() + $7::interval END
+           FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[]) AS u(t, s, v, b)
          ON CONFLICT (timer_id, scheduled_at) DO UPDATE
-            SET timer_version = EXCLUDED.timer_version, status = 'pending', attempt = 1, due_at = EXCLUDED.due_at,
-                claim_owner = NULL, lease_until = NULL, error = NULL, finished_at = NULL
+            SET timer_version = EXCLUDED.timer_version, {}, error = NULL, finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
-            AND tasks.status IN ('pending', 'claimed', 'cancelled')",
-    )
+            AND tasks.status IN ('pending', 'claimed', 'cancelled')
+         RETURNING id, timer_id, scheduled_at, due_at, bucket, attempt,
+                   CASE WHEN status = 'claimed' AND claim_owner = $6 AND claimed_at = now() THEN lease_until END
+                     AS lease_until",
+        keep.join(", ")
+    ))
     .bind(&timer_ids)
     .bind(&scheduled)
     .bind(&versions)
     .bind(&buckets)
-    .execute(db)
+    .bind(claim.map(|c| c.due_before))
+    .bind(claim.map(|c| c.owner))
+    .bind(claim.map_or(Duration::ZERO, |c| c.lease))
+    .fetch_all(db)
     .await?;
-    Ok(result.rows_affected())
+    let written = rows.len() as u64;
+    let claimed = rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(ClaimedTask {
+                lease_until: r.lease_until?,
+                id: r.id,
+                timer_id: r.timer_id,
+                scheduled_at: r.scheduled_at,
+                due_at: r.due_at,
+                bucket: r.bucket,
+                attempt: r.attempt,
+                reclaimed: false,
+            })
+        })
+        .collect();
+    Ok(Planned { written, claimed })
 }
 
 /// A task claimed by a scanner, to be published at `due_at`.

@@ -25,11 +25,14 @@ pub struct ScannerConfig {
     #[arg(long, env = "PUNCTUAL_SCAN_INTERVAL_MS", default_value_t = 200)]
     pub scan_interval_ms: u64,
     /// Occurrences are planned into task rows this far ahead (timers are re-planned when
-    /// their planned horizon is nearer than this, up to twice this ahead).
-    #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 10_000)]
+    /// their planned horizon is nearer than this, up to twice this ahead). Occurrences
+    /// planned within the lookahead are written claimed, so with a horizon of at most half
+    /// the lookahead (the default) no occurrence needs a separate claim.
+    #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 5_000)]
     pub plan_horizon_ms: u64,
-    /// Pending tasks due within this window are claimed and held in memory until they fire.
-    #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 5_000)]
+    /// Tasks due within this window are claimed (or planned claimed) and held in memory
+    /// until they fire.
+    #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 10_000)]
     pub lookahead_ms: u64,
     /// A claim expires this long after it was taken, unless its task has started; the task
     /// is then claimed and published again (its scanner died or froze, or its message was lost).

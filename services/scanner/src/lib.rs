@@ -216,9 +216,24 @@ async fn scan_once(
         }
     }
     loop {
-        let report = planner.plan_due(pool, Utc::now()).await?;
+        // Occurrences due within the lookahead are written claimed by this scanner, unless
+        // it holds as many as it may already (then they wait, pending, for the claimer).
+        let now = Utc::now();
+        let claim = (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
+            owner,
+            due_before: now + config.lookahead(),
+            lease: config.lease(),
+        });
+        let report = planner.plan_due(pool, now, claim.as_ref()).await?;
         metrics.planned.inc_by(report.tasks_planned);
-        if report.timers < planner::PASS_SIZE as usize {
+        let full_pass = report.timers >= planner::PASS_SIZE as usize;
+        if !report.claimed.is_empty() {
+            metrics.claimed.inc_by(report.claimed.len() as u64);
+            if claimed_tx.send(report.claimed).await.is_err() {
+                return Ok(()); // the wheel driver has stopped: shutting down
+            }
+        }
+        if !full_pass {
             break;
         }
     }

@@ -8,13 +8,16 @@
 //!   their first occurrence;
 //! * [`Planner::plan_due`] extends the plan of each active timer whose planned horizon is
 //!   nearer than `horizon`, up to twice `horizon` ahead, so a timer's row is written about
-//!   once per horizon, not once per occurrence.
+//!   once per horizon, not once per occurrence. Occurrences due within the scanner's
+//!   lookahead are written claimed by it (see [`task::PlanClaim`]): with a horizon of at
+//!   most half the lookahead, that is every occurrence, and no task row is written twice
+//!   before it runs.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use punctual_shared::policy::MisfirePolicy;
-use punctual_shared::task::{self, PlannedTask};
+use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -31,11 +34,13 @@ pub struct Planner {
 }
 
 /// What a pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct PassReport {
     pub timers: usize,
     pub tasks_planned: u64,
     pub invalid: usize,
+    /// Tasks written claimed, committed: the caller holds and publishes them.
+    pub claimed: Vec<ClaimedTask>,
 }
 
 /// The new plan state of a timer.
@@ -101,8 +106,14 @@ impl Planner {
         Ok(report)
     }
 
-    /// Plans occurrences of the active timers whose plan ends within the horizon.
-    pub async fn plan_due(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
+    /// Plans occurrences of the active timers whose plan ends within the horizon; with
+    /// `claim`, those due before `claim.due_before` are written claimed.
+    pub async fn plan_due(
+        &self,
+        db: &PgPool,
+        now: DateTime<Utc>,
+        claim: Option<&PlanClaim<'_>>,
+    ) -> Result<PassReport, sqlx::Error> {
         let horizon = chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10));
         let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let mut tx = db.begin().await?;
@@ -176,7 +187,9 @@ impl Planner {
             });
         }
         for chunk in tasks.chunks(10_000) {
-            report.tasks_planned += task::plan(&mut *tx, chunk).await?;
+            let planned = task::plan(&mut *tx, chunk, claim).await?;
+            report.tasks_planned += planned.written;
+            report.claimed.extend(planned.claimed);
         }
         write_updates(&mut tx, &updates).await?;
         tx.commit().await?;

@@ -71,7 +71,7 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
     assert!(next.unwrap() > Utc::now());
 
     // Invalid rows are never planned, and the schema itself rejects what it can.
-    planner().plan_due(&db.pool, Utc::now() + chrono::Duration::days(7)).await.unwrap();
+    planner().plan_due(&db.pool, Utc::now() + chrono::Duration::days(7), None).await.unwrap();
     for id in [bad_cron, bad_zone, bad_url, no_url, no_run_at] {
         assert!(task_times(&db, id).await.is_empty());
     }
@@ -95,7 +95,7 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     .await;
     let now = Utc::now();
     planner().validate_new(&db.pool, now).await.unwrap();
-    let report = planner().plan_due(&db.pool, now).await.unwrap();
+    let report = planner().plan_due(&db.pool, now, None).await.unwrap();
     let times = task_times(&db, id).await;
     // Planned up to twice the horizon (20 s) ahead: about 20 occurrences, one per second.
     assert!((19..=21).contains(&times.len()), "{} occurrences", times.len());
@@ -103,13 +103,100 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     assert!(times.windows(2).all(|w| w[1] - w[0] == chrono::Duration::seconds(1)));
     assert!(times[0] >= now - chrono::Duration::seconds(1));
     // Nothing more to plan until the plan comes within the horizon again.
-    let again = planner().plan_due(&db.pool, now).await.unwrap();
+    let again = planner().plan_due(&db.pool, now, None).await.unwrap();
     assert_eq!(again.timers, 0);
-    let later = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15)).await.unwrap();
+    let later = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15), None).await.unwrap();
     assert_eq!(later.timers, 1);
     let extended = task_times(&db, id).await;
     assert_eq!(extended.len(), times.len() + later.tasks_planned as usize);
     assert!(extended.windows(2).all(|w| w[1] - w[0] == chrono::Duration::seconds(1)), "no gap, no duplicate");
+}
+
+#[tokio::test]
+async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by_no_one_else() {
+    let db = TestDb::create().await;
+    let id = insert_sql(
+        &db,
+        "name, schedule_kind, cron_expr, http_url",
+        "'every-second', 'cron', '* * * * * *', 'http://127.0.0.1:1/x'",
+    )
+    .await;
+    let now = Utc::now();
+    planner().validate_new(&db.pool, now).await.unwrap();
+    let claim = task::PlanClaim {
+        owner: "scanner-a",
+        due_before: now + chrono::Duration::seconds(5),
+        lease: Duration::from_secs(30),
+    };
+    let report = planner().plan_due(&db.pool, now, Some(&claim)).await.unwrap();
+
+    // About 5 of the ~20 occurrences fall within the 5 s lookahead: those come back
+    // claimed by the planning scanner, in the same write that inserted them.
+    let (claimed_rows, pending_rows): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status = 'claimed' AND claim_owner = 'scanner-a' AND lease_until > now() + interval '25 seconds'),
+                count(*) FILTER (WHERE status = 'pending' AND claim_owner IS NULL AND lease_until IS NULL)
+           FROM tasks WHERE timer_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!((4..=6).contains(&report.claimed.len()), "{} claimed", report.claimed.len());
+    assert_eq!(claimed_rows as usize, report.claimed.len());
+    assert_eq!((claimed_rows + pending_rows) as u64, report.tasks_planned, "every row claimed or pending");
+    assert!(report.claimed.iter().all(|t| t.scheduled_at < claim.due_before && !t.reclaimed && t.attempt == 1));
+
+    // Another scanner finds nothing of them to claim, only the pending ones further out.
+    let other =
+        task::claim(&db.pool, "scanner-b", Duration::from_secs(10), Duration::from_secs(30), 1000).await.unwrap();
+    let held: Vec<i64> = report.claimed.iter().map(|t| t.id).collect();
+    assert!(other.iter().all(|t| !held.contains(&t.id)), "a task claimed twice");
+    assert!(other.iter().all(|t| t.scheduled_at >= claim.due_before));
+}
+
+#[tokio::test]
+async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
+    let db = TestDb::create().await;
+    let id = insert_sql(
+        &db,
+        "name, schedule_kind, cron_expr, http_url",
+        "'every-second', 'cron', '* * * * * *', 'http://127.0.0.1:1/old'",
+    )
+    .await;
+    let now = Utc::now();
+    let claim_by = |owner| task::PlanClaim {
+        owner,
+        due_before: now + chrono::Duration::seconds(5),
+        lease: Duration::from_secs(30),
+    };
+    planner().validate_new(&db.pool, now).await.unwrap();
+    let held_by_a = planner().plan_due(&db.pool, now, Some(&claim_by("scanner-a"))).await.unwrap().claimed;
+    assert!(!held_by_a.is_empty());
+
+    // A change of definition, same schedule: the occurrences are planned again from the
+    // new version, by another scanner.
+    sqlx::query("UPDATE timers SET http_url = 'http://127.0.0.1:1/new' WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    planner().validate_new(&db.pool, now).await.unwrap();
+    let report = planner().plan_due(&db.pool, now, Some(&claim_by("scanner-b"))).await.unwrap();
+    assert!(report.tasks_planned > 0);
+    let held: Vec<i64> = held_by_a.iter().map(|t| t.id).collect();
+    assert!(report.claimed.iter().all(|t| !held.contains(&t.id)), "scanner-b claimed what scanner-a holds");
+    // What scanner-a holds stays its own, at the new version: it publishes it once, and
+    // it runs with the new definition.
+    let rows: Vec<(i64, String, Option<String>, i64)> =
+        sqlx::query_as("SELECT id, status, claim_owner, timer_version FROM tasks WHERE id = ANY($1) ORDER BY id")
+            .bind(&held)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), held.len());
+    for (task_id, status, owner, version) in rows {
+        assert_eq!((status.as_str(), owner.as_deref(), version), ("claimed", Some("scanner-a"), 2), "task {task_id}");
+    }
 }
 
 #[tokio::test]
@@ -123,7 +210,7 @@ async fn occurrences_missed_beyond_the_misfire_threshold_fire_once() {
     )
     .await;
     let now = Utc::now();
-    planner().plan_due(&db.pool, now).await.unwrap();
+    planner().plan_due(&db.pool, now, None).await.unwrap();
     let times = task_times(&db, id).await;
     let missed: Vec<_> = times.iter().filter(|t| **t < now - chrono::Duration::seconds(60)).collect();
     assert_eq!(missed.len(), 1, "an hour of missed occurrences collapses into one");
@@ -147,9 +234,9 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
             timer_version: 1,
         })
         .collect();
-    assert_eq!(task::plan(&db.pool, &soon).await.unwrap(), 200);
+    assert_eq!(task::plan(&db.pool, &soon, None).await.unwrap().written, 200);
     // Planning the same occurrences again inserts nothing.
-    assert_eq!(task::plan(&db.pool, &soon).await.unwrap(), 0);
+    assert_eq!(task::plan(&db.pool, &soon, None).await.unwrap().written, 0);
 
     let lookahead = Duration::from_secs(5);
     let (a, b) = tokio::join!(
@@ -196,7 +283,7 @@ async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
         );
     }
     let now = Utc::now();
-    planner().plan_due(&db.pool, now).await.unwrap();
+    planner().plan_due(&db.pool, now, None).await.unwrap();
     let missed =
         |times: Vec<DateTime<Utc>>| times.into_iter().filter(|t| *t < now - chrono::Duration::seconds(60)).count();
     assert_eq!(missed(task_times(&db, ids[0]).await), 0, "skip");
