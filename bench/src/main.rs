@@ -112,6 +112,12 @@ impl Servers {
     }
 }
 
+/// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
+/// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
+/// under load (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     punctual_shared::telemetry::init();

@@ -4,6 +4,12 @@ use clap::Parser;
 use punctual_scanner::{App, ScannerConfig};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
+/// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
+/// under load (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     punctual_shared::telemetry::init();
