@@ -208,33 +208,39 @@ async fn scan_once(
     planner: &Planner,
     claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
 ) -> Result<(), sqlx::Error> {
-    loop {
-        let report = planner.validate_new(pool, Utc::now()).await?;
-        metrics.timers_invalid.inc_by(report.invalid as u64);
-        if report.timers < planner::PASS_SIZE as usize {
-            break;
-        }
-    }
-    loop {
-        // Occurrences due within the lookahead are written claimed by this scanner, unless
-        // it holds as many as it may already (then they wait, pending, for the claimer).
-        let now = Utc::now();
-        let claim = (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
+    // Occurrences due within the lookahead are written claimed by this scanner, unless it
+    // holds as many as it may already (then they wait, pending, for the claimer below).
+    let claim_from = |now: chrono::DateTime<Utc>| {
+        (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
             owner,
             due_before: now + config.lookahead(),
             lease: config.lease(),
-        });
-        let report = planner.plan_due(pool, now, claim.as_ref()).await?;
-        metrics.planned.inc_by(report.tasks_planned);
-        let full_pass = report.timers >= planner::PASS_SIZE as usize;
-        if !report.claimed.is_empty() {
-            metrics.claimed.inc_by(report.claimed.len() as u64);
-            if claimed_tx.send(report.claimed).await.is_err() {
-                return Ok(()); // the wheel driver has stopped: shutting down
+        })
+    };
+    // New timers first (validated, and planned if due within the horizon), then the
+    // plans of the others that run out within the horizon; each pass by pass until a
+    // pass finds fewer timers than it may take.
+    for new_timers in [true, false] {
+        loop {
+            let now = Utc::now();
+            let claim = claim_from(now);
+            let report = if new_timers {
+                planner.validate_new(pool, now, claim.as_ref()).await?
+            } else {
+                planner.plan_due(pool, now, claim.as_ref()).await?
+            };
+            metrics.timers_invalid.inc_by(report.invalid as u64);
+            metrics.planned.inc_by(report.tasks_planned);
+            let full_pass = report.timers >= planner::PASS_SIZE as usize;
+            if !report.claimed.is_empty() {
+                metrics.claimed.inc_by(report.claimed.len() as u64);
+                if claimed_tx.send(report.claimed).await.is_err() {
+                    return Ok(()); // the wheel driver has stopped: shutting down
+                }
             }
-        }
-        if !full_pass {
-            break;
+            if !full_pass {
+                break;
+            }
         }
     }
     let misfired = task::cancel_misfired(pool, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;

@@ -5,7 +5,7 @@
 //! the unique key (timer_id, scheduled_at) would absorb a double plan anyway):
 //! * [`Planner::validate_new`] reads rows in `plan_status = 'new'` (plain SQL inserts,
 //!   edits, resumes), checks them, and either marks them invalid with the reason or sets
-//!   their first occurrence;
+//!   their first occurrence, planning it at once if it falls within the horizon;
 //! * [`Planner::plan_due`] extends the plan of each active timer whose planned horizon is
 //!   nearer than `horizon`, up to twice `horizon` ahead, so a timer's row is written about
 //!   once per horizon, not once per occurrence. Occurrences due within the scanner's
@@ -17,13 +17,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use punctual_shared::policy::MisfirePolicy;
+use punctual_shared::schedule::Schedule;
 use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 /// Most timers a pass reads; a pass that reads this many runs again at once.
-pub const PASS_SIZE: i64 = 500;
+pub const PASS_SIZE: i64 = 2_000;
 /// Most occurrences planned for one timer in one pass.
 const MAX_OCCURRENCES_PER_PASS: usize = 10_000;
 
@@ -52,8 +53,16 @@ struct PlanUpdate {
 }
 
 impl Planner {
-    /// Checks timers in `plan_status = 'new'` and sets their first occurrence to plan.
-    pub async fn validate_new(&self, db: &PgPool, now: DateTime<Utc>) -> Result<PassReport, sqlx::Error> {
+    /// Checks timers in `plan_status = 'new'` and sets their first occurrence to plan; a
+    /// timer whose first occurrence falls within the horizon is planned in the same pass
+    /// (with `claim`, as [`Planner::plan_due`] does), so a new timer's row is read and
+    /// written once, not once to validate and again to plan.
+    pub async fn validate_new(
+        &self,
+        db: &PgPool,
+        now: DateTime<Utc>,
+        claim: Option<&PlanClaim<'_>>,
+    ) -> Result<PassReport, sqlx::Error> {
         let mut tx = db.begin().await?;
         let rows: Vec<TimerRow> = sqlx::query_as(
             "SELECT * FROM timers WHERE plan_status = 'new' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
@@ -63,6 +72,7 @@ impl Planner {
         .await?;
         let mut report = PassReport { timers: rows.len(), ..Default::default() };
         let mut updates = Vec::with_capacity(rows.len());
+        let mut tasks = Vec::new();
         for row in &rows {
             let checked = row.schedule().and_then(|s| row.action().map(|_| s));
             let update = match checked {
@@ -87,6 +97,11 @@ impl Planner {
                         schedule.first_from(row.created_at, from)
                     };
                     match first {
+                        // Only an active timer is planned (a paused one keeps its first
+                        // occurrence, planned when it is resumed).
+                        Some(at) if row.state == "active" && at < now + self.horizon() => {
+                            self.plan_timer(row, &schedule, at, now, &mut tasks)
+                        }
                         Some(at) => PlanUpdate {
                             id: row.id,
                             plan_status: "planned",
@@ -101,6 +116,7 @@ impl Planner {
             };
             updates.push(update);
         }
+        write_tasks(&mut tx, &tasks, claim, &mut report).await?;
         write_updates(&mut tx, &updates).await?;
         tx.commit().await?;
         Ok(report)
@@ -114,20 +130,17 @@ impl Planner {
         now: DateTime<Utc>,
         claim: Option<&PlanClaim<'_>>,
     ) -> Result<PassReport, sqlx::Error> {
-        let horizon = chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10));
-        let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let mut tx = db.begin().await?;
         let rows: Vec<TimerRow> = sqlx::query_as(
             "SELECT * FROM timers
               WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $1
               ORDER BY next_plan_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         )
-        .bind(now + horizon)
+        .bind(now + self.horizon())
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
         let mut report = PassReport { timers: rows.len(), ..Default::default() };
-        let plan_until = now + horizon * 2;
         let mut tasks = Vec::new();
         let mut updates = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -148,53 +161,81 @@ impl Planner {
             let Some(first) = row.next_plan_at else {
                 continue;
             };
-            let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
-            let catchup_from = now - chrono::Duration::milliseconds(row.catchup_window_ms);
-            let planned_before = tasks.len();
-            let mut latest_missed: Option<DateTime<Utc>> = None;
-            let mut next = Some(first);
-            while let Some(at) = next {
-                if at >= plan_until || tasks.len() - planned_before >= MAX_OCCURRENCES_PER_PASS {
-                    break;
-                }
-                let missed = at < now - misfire;
-                let keep = match (missed, policy) {
-                    (false, _) => true,
-                    (true, MisfirePolicy::Skip) => false,
-                    // Of a run of missed occurrences only the latest fires: remember it.
-                    (true, MisfirePolicy::FireOnce) => {
-                        latest_missed = Some(at);
-                        false
-                    }
-                    (true, MisfirePolicy::FireAll) => at >= catchup_from,
-                };
-                if keep {
-                    if let Some(m) = latest_missed.take() {
-                        tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
-                    }
-                    tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
-                }
-                next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
-            }
-            if let Some(m) = latest_missed {
-                tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
-            }
-            updates.push(match next {
-                Some(at) => {
-                    PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None }
-                }
-                None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
-            });
+            updates.push(self.plan_timer(row, &schedule, first, now, &mut tasks));
         }
-        for chunk in tasks.chunks(10_000) {
-            let planned = task::plan(&mut *tx, chunk, claim).await?;
-            report.tasks_planned += planned.written;
-            report.claimed.extend(planned.claimed);
-        }
+        write_tasks(&mut tx, &tasks, claim, &mut report).await?;
         write_updates(&mut tx, &updates).await?;
         tx.commit().await?;
         Ok(report)
     }
+
+    fn horizon(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.horizon).unwrap_or(chrono::Duration::seconds(10))
+    }
+
+    /// Pushes the occurrences of one timer from `first` up to twice the horizon ahead,
+    /// applying its misfire policy to those missed, and returns its new plan state.
+    fn plan_timer(
+        &self,
+        row: &TimerRow,
+        schedule: &Schedule,
+        first: DateTime<Utc>,
+        now: DateTime<Utc>,
+        tasks: &mut Vec<PlannedTask>,
+    ) -> PlanUpdate {
+        let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
+        let plan_until = now + self.horizon() * 2;
+        let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
+        let catchup_from = now - chrono::Duration::milliseconds(row.catchup_window_ms);
+        let planned_before = tasks.len();
+        let mut latest_missed: Option<DateTime<Utc>> = None;
+        let mut next = Some(first);
+        while let Some(at) = next {
+            if at >= plan_until || tasks.len() - planned_before >= MAX_OCCURRENCES_PER_PASS {
+                break;
+            }
+            let missed = at < now - misfire;
+            let keep = match (missed, policy) {
+                (false, _) => true,
+                (true, MisfirePolicy::Skip) => false,
+                // Of a run of missed occurrences only the latest fires: remember it.
+                (true, MisfirePolicy::FireOnce) => {
+                    latest_missed = Some(at);
+                    false
+                }
+                (true, MisfirePolicy::FireAll) => at >= catchup_from,
+            };
+            if keep {
+                if let Some(m) = latest_missed.take() {
+                    tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+                }
+                tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
+            }
+            next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
+        }
+        if let Some(m) = latest_missed {
+            tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+        }
+        match next {
+            Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
+            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+        }
+    }
+}
+
+/// Inserts the pass's occurrences, in statements of at most 10,000 rows.
+async fn write_tasks(
+    tx: &mut sqlx::PgConnection,
+    tasks: &[PlannedTask],
+    claim: Option<&PlanClaim<'_>>,
+    report: &mut PassReport,
+) -> Result<(), sqlx::Error> {
+    for chunk in tasks.chunks(10_000) {
+        let planned = task::plan(&mut *tx, chunk, claim).await?;
+        report.tasks_planned += planned.written;
+        report.claimed.extend(planned.claimed);
+    }
+    Ok(())
 }
 
 async fn write_updates(tx: &mut sqlx::PgConnection, updates: &[PlanUpdate]) -> Result<(), sqlx::Error> {

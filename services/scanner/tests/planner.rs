@@ -50,7 +50,7 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
         insert_sql(&db, "name, schedule_kind, http_url", "'no-run-at', 'once', 'http://127.0.0.1:1/x'").await;
     let good = insert_sql(&db, cols, "'good', 'cron', '0 9 * * 1-5', 'Europe/Berlin', 'http://127.0.0.1:1/x'").await;
 
-    let report = planner().validate_new(&db.pool, Utc::now()).await.unwrap();
+    let report = planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
     assert_eq!(report.timers, 6);
     assert_eq!(report.invalid, 5);
     for (id, column) in [
@@ -94,8 +94,8 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     )
     .await;
     let now = Utc::now();
-    planner().validate_new(&db.pool, now).await.unwrap();
-    let report = planner().plan_due(&db.pool, now, None).await.unwrap();
+    // A new timer is planned as soon as it is validated, in the same pass.
+    let report = planner().validate_new(&db.pool, now, None).await.unwrap();
     let times = task_times(&db, id).await;
     // Planned up to twice the horizon (20 s) ahead: about 20 occurrences, one per second.
     assert!((19..=21).contains(&times.len()), "{} occurrences", times.len());
@@ -122,13 +122,12 @@ async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by
     )
     .await;
     let now = Utc::now();
-    planner().validate_new(&db.pool, now).await.unwrap();
     let claim = task::PlanClaim {
         owner: "scanner-a",
         due_before: now + chrono::Duration::seconds(5),
         lease: Duration::from_secs(30),
     };
-    let report = planner().plan_due(&db.pool, now, Some(&claim)).await.unwrap();
+    let report = planner().validate_new(&db.pool, now, Some(&claim)).await.unwrap();
 
     // About 5 of the ~20 occurrences fall within the 5 s lookahead: those come back
     // claimed by the planning scanner, in the same write that inserted them.
@@ -169,8 +168,7 @@ async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
         due_before: now + chrono::Duration::seconds(5),
         lease: Duration::from_secs(30),
     };
-    planner().validate_new(&db.pool, now).await.unwrap();
-    let held_by_a = planner().plan_due(&db.pool, now, Some(&claim_by("scanner-a"))).await.unwrap().claimed;
+    let held_by_a = planner().validate_new(&db.pool, now, Some(&claim_by("scanner-a"))).await.unwrap().claimed;
     assert!(!held_by_a.is_empty());
 
     // A change of definition, same schedule: the occurrences are planned again from the
@@ -180,8 +178,7 @@ async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
         .execute(&db.pool)
         .await
         .unwrap();
-    planner().validate_new(&db.pool, now).await.unwrap();
-    let report = planner().plan_due(&db.pool, now, Some(&claim_by("scanner-b"))).await.unwrap();
+    let report = planner().validate_new(&db.pool, now, Some(&claim_by("scanner-b"))).await.unwrap();
     assert!(report.tasks_planned > 0);
     let held: Vec<i64> = held_by_a.iter().map(|t| t.id).collect();
     assert!(report.claimed.iter().all(|t| !held.contains(&t.id)), "scanner-b claimed what scanner-a holds");
@@ -197,6 +194,21 @@ async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
     for (task_id, status, owner, version) in rows {
         assert_eq!((status.as_str(), owner.as_deref(), version), ("claimed", Some("scanner-a"), 2), "task {task_id}");
     }
+}
+
+#[tokio::test]
+async fn a_timer_inserted_paused_is_validated_but_not_planned() {
+    let db = TestDb::create().await;
+    let id = insert_sql(
+        &db,
+        "name, schedule_kind, cron_expr, http_url, state",
+        "'paused', 'cron', '* * * * * *', 'http://127.0.0.1:1/x', 'paused'",
+    )
+    .await;
+    let report = planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    assert_eq!((report.timers, report.tasks_planned), (1, 0));
+    assert_eq!(plan_state(&db, id).await.0, "planned");
+    assert!(task_times(&db, id).await.is_empty());
 }
 
 #[tokio::test]
