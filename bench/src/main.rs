@@ -154,8 +154,13 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, server
         ..Default::default()
     };
     let (claim_rows, messages) = if smoke { (20_000, 20_000) } else { (200_000, 1_000_000) };
-    let rates =
-        rates.unwrap_or_else(|| if smoke { vec![200] } else { vec![1_000, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 20_000] });
+    let rates = rates.unwrap_or_else(|| {
+        if smoke {
+            vec![200]
+        } else {
+            vec![1_000, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 20_000]
+        }
+    });
     let duration = if smoke { 5 } else { 30 };
     for rate in rates {
         results.sustained.push(scenarios::sustained(&servers.clone().start(), rate, duration).await?);

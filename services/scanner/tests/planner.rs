@@ -20,6 +20,16 @@ async fn insert_sql(db: &TestDb, columns: &str, values: &str) -> Uuid {
     id
 }
 
+/// A timer firing every second, inserted with SQL.
+async fn every_second_timer(db: &TestDb, url: &str) -> Uuid {
+    insert_sql(
+        db,
+        "name, schedule_kind, cron_expr, http_url",
+        &format!("'every-second', 'cron', '* * * * * *', '{url}'"),
+    )
+    .await
+}
+
 async fn plan_state(db: &TestDb, id: Uuid) -> (String, Option<String>, Option<DateTime<Utc>>) {
     sqlx::query_as("SELECT plan_status, invalid_reason, next_plan_at FROM timers WHERE id = $1")
         .bind(id)
@@ -87,12 +97,7 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
 #[tokio::test]
 async fn occurrences_are_planned_a_horizon_ahead_once() {
     let db = TestDb::create().await;
-    let id = insert_sql(
-        &db,
-        "name, schedule_kind, cron_expr, http_url",
-        "'every-second', 'cron', '* * * * * *', 'http://127.0.0.1:1/x'",
-    )
-    .await;
+    let id = every_second_timer(&db, "http://127.0.0.1:1/x").await;
     let now = Utc::now();
     // A new timer is planned as soon as it is validated, in the same pass.
     let report = planner().validate_new(&db.pool, now, None).await.unwrap();
@@ -115,12 +120,7 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
 #[tokio::test]
 async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by_no_one_else() {
     let db = TestDb::create().await;
-    let id = insert_sql(
-        &db,
-        "name, schedule_kind, cron_expr, http_url",
-        "'every-second', 'cron', '* * * * * *', 'http://127.0.0.1:1/x'",
-    )
-    .await;
+    let id = every_second_timer(&db, "http://127.0.0.1:1/x").await;
     let now = Utc::now();
     let claim = task::PlanClaim {
         owner: "scanner-a",
@@ -156,12 +156,7 @@ async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by
 #[tokio::test]
 async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
     let db = TestDb::create().await;
-    let id = insert_sql(
-        &db,
-        "name, schedule_kind, cron_expr, http_url",
-        "'every-second', 'cron', '* * * * * *', 'http://127.0.0.1:1/old'",
-    )
-    .await;
+    let id = every_second_timer(&db, "http://127.0.0.1:1/old").await;
     let now = Utc::now();
     let claim_by = |owner| task::PlanClaim {
         owner,
