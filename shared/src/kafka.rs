@@ -34,16 +34,25 @@ pub enum TopicError {
 
 /// Creates the topic if it does not exist; returns its partition count.
 pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<i32, TopicError> {
+    create_topic_if_missing(cfg, topic, partitions).await?;
+    partition_count(cfg, topic).await
+}
+
+/// Creates the topic unless it exists; true if it was created. Cheap enough to call
+/// periodically: one request to the cluster.
+pub async fn create_topic_if_missing(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<bool, TopicError> {
     let admin: AdminClient<DefaultClientContext> = client_config(cfg).create()?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let mut created = false;
     for result in admin.create_topics([&new_topic], &options).await? {
         match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(_) => created = true,
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => return Err(TopicError::Create { topic, code }),
         }
     }
-    partition_count(cfg, topic).await
+    Ok(created)
 }
 
 /// Reads the topic's partition count from the cluster's metadata.

@@ -100,3 +100,29 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Deletes a topic, as a broker that lost its state would have lost it.
+pub async fn delete_topic(brokers: &str, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().expect("admin client");
+    for result in admin.delete_topics(&[topic], &AdminOptions::new()).await.expect("delete topics") {
+        result.unwrap_or_else(|(t, code)| panic!("deleting {t}: {code}"));
+    }
+}
+
+/// Whether the cluster lists the topic. Asks for every topic's metadata, not this one's,
+/// so that the question cannot create it (brokers may create topics a client asks about).
+pub async fn topic_exists(brokers: &str, topic: &str) -> bool {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::Consumer;
+        let consumer: rdkafka::consumer::BaseConsumer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("consumer");
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(5)).expect("metadata");
+        metadata.topics().iter().any(|t| t.name() == topic && !t.partitions().is_empty())
+    })
+    .await
+    .expect("metadata task")
+}

@@ -13,7 +13,7 @@ use chrono::{DateTime, DurationRound, Utc};
 use punctual_shared::timer::task_identity;
 use punctual_testkit::servers::{Broker, PgServer};
 use punctual_testkit::stack::dump_logs;
-use punctual_testkit::{kafka_brokers, Behaviour, Call, Sink, Stack};
+use punctual_testkit::{eventually, kafka_brokers, Behaviour, Call, Sink, Stack};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -188,6 +188,28 @@ async fn broker_restarted_with_durable_storage_loses_nothing() {
     broker.restart();
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+}
+
+/// A broker restarted without durable storage has lost the tasks topic, and a producer
+/// only says so when its messages time out. The scanner checks every few seconds and
+/// creates the topic again, so that what is claimed again can be published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_tasks_topic_is_created_again_by_the_scanner() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::start(&[]).await;
+    let brokers = kafka_brokers();
+    assert!(punctual_testkit::topic_exists(&brokers, &stack.topic).await);
+    punctual_testkit::delete_topic(&brokers, &stack.topic).await;
+    let lost_at = std::time::Instant::now();
+    eventually(Duration::from_secs(10), "the topic gone", || async {
+        (!punctual_testkit::topic_exists(&brokers, &stack.topic).await).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(20), "the tasks topic created again", || async {
+        punctual_testkit::topic_exists(&brokers, &stack.topic).await.then_some(())
+    })
+    .await;
+    println!("tasks topic back after {:.1} s", lost_at.elapsed().as_secs_f64());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

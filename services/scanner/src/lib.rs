@@ -150,6 +150,9 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
     }
 }
 
+/// How often the scanner makes sure the tasks topic exists.
+const TOPIC_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What one scan needs.
 struct Scan {
     config: ScannerConfig,
@@ -169,16 +172,21 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, topic_missing: Arc<AtomicBool>
     };
     let mut interval = tokio::time::interval(config.scan_interval());
     interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut last_topic_check = std::time::Instant::now();
     loop {
         // Register for a wake-up before scanning, so a notification that arrives during
         // the scan is not lost.
         let notified = wake.notified();
-        if topic_missing.swap(false, Ordering::Relaxed) {
-            // The broker lost the topic (e.g. restarted without durable storage): create
-            // it again; the tasks that failed meanwhile are re-claimed when their leases expire.
+        // A broker that lost its state (restarted without durable storage) has lost the
+        // topic too, and a producer only says so when its messages time out: so check
+        // every few seconds, and at once when a send reported the topic missing. The
+        // tasks that failed meanwhile are re-claimed when their leases expire.
+        if topic_missing.swap(false, Ordering::Relaxed) || last_topic_check.elapsed() >= TOPIC_CHECK_INTERVAL {
+            last_topic_check = std::time::Instant::now();
             let kafka = &config.kafka;
-            match kafka::ensure_topic(kafka, &kafka.tasks_topic, kafka.tasks_partitions).await {
-                Ok(_) => tracing::warn!(topic = %kafka.tasks_topic, "the tasks topic was missing: created it again"),
+            match kafka::create_topic_if_missing(kafka, &kafka.tasks_topic, kafka.tasks_partitions).await {
+                Ok(true) => tracing::warn!(topic = %kafka.tasks_topic, "the tasks topic was missing: created it again"),
+                Ok(false) => {}
                 Err(e) => {
                     topic_missing.store(true, Ordering::Relaxed);
                     tracing::warn!(error = %e, "the tasks topic is missing and could not be created");
