@@ -1,14 +1,15 @@
 //! The scanner: plans timer occurrences into task rows, claims due tasks in lookahead
 //! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
 //!
-//! Three long-lived tasks under one cancellation token:
+//! Four long-lived tasks under one cancellation token:
 //! * the listener ([`listen_for_timers`]): wakes the scan loop on `punctual_timers`
 //!   notifications;
 //! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
 //!   a `punctual_timers` notification arrives;
 //! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
 //!   and publishes them. Publishing writes nothing to Postgres: a task whose message is
-//!   lost stays claimed until its lease expires, and is then claimed and sent again.
+//!   lost stays claimed until its lease expires, and is then claimed and sent again;
+//! * the topic keeper ([`keep_topic`]): creates the tasks topic again if the broker lost it.
 
 pub mod config;
 pub mod metrics;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
+use punctual_shared::config::KafkaConfig;
 use punctual_shared::task::{self, ClaimedTask};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::producer::FutureProducer;
@@ -92,9 +94,9 @@ impl App {
                 claimed_tx,
             },
             wake,
-            topic_missing.clone(),
             token.clone(),
         ));
+        tracker.spawn(keep_topic(self.config.kafka.clone(), topic_missing.clone(), token.clone()));
         tracker.spawn(publisher::drive_wheel(
             publisher::Publisher {
                 producer: self.producer.clone(),
@@ -153,6 +155,39 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
 /// How often the scanner makes sure the tasks topic exists.
 const TOPIC_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Keeps the tasks topic in existence: checks every [`TOPIC_CHECK_INTERVAL`], and at once
+/// when a send reported it missing. A broker that lost its state (restarted without
+/// durable storage) has lost the topic too, and a producer only says so when its messages
+/// time out; the tasks that failed meanwhile are claimed again when their leases expire.
+/// Its own task, so that a broker that does not answer never holds up planning and claiming.
+async fn keep_topic(kafka: KafkaConfig, topic_missing: Arc<AtomicBool>, token: CancellationToken) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut last_check = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if !(topic_missing.swap(false, Ordering::Relaxed) || last_check.elapsed() >= TOPIC_CHECK_INTERVAL) {
+            continue;
+        }
+        last_check = std::time::Instant::now();
+        let created = tokio::select! {
+            _ = token.cancelled() => return,
+            created = kafka::create_topic_if_missing(&kafka, &kafka.tasks_topic, kafka.tasks_partitions) => created,
+        };
+        match created {
+            Ok(true) => tracing::warn!(topic = %kafka.tasks_topic, "the tasks topic was missing: created it again"),
+            Ok(false) => {}
+            Err(e) => {
+                topic_missing.store(true, Ordering::Relaxed);
+                tracing::warn!(error = %e, "the tasks topic is missing and could not be created");
+            }
+        }
+    }
+}
+
 /// What one scan needs.
 struct Scan {
     config: ScannerConfig,
@@ -164,7 +199,7 @@ struct Scan {
 }
 
 /// Plans and claims, every scan interval or when woken.
-async fn scan_loop(scan: Scan, wake: Arc<Notify>, topic_missing: Arc<AtomicBool>, token: CancellationToken) {
+async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
     let Scan { config, owner, pool, metrics, claimed_tx } = &scan;
     let planner = Planner {
         horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
@@ -172,27 +207,10 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, topic_missing: Arc<AtomicBool>
     };
     let mut interval = tokio::time::interval(config.scan_interval());
     interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut last_topic_check = std::time::Instant::now();
     loop {
         // Register for a wake-up before scanning, so a notification that arrives during
         // the scan is not lost.
         let notified = wake.notified();
-        // A broker that lost its state (restarted without durable storage) has lost the
-        // topic too, and a producer only says so when its messages time out: so check
-        // every few seconds, and at once when a send reported the topic missing. The
-        // tasks that failed meanwhile are re-claimed when their leases expire.
-        if topic_missing.swap(false, Ordering::Relaxed) || last_topic_check.elapsed() >= TOPIC_CHECK_INTERVAL {
-            last_topic_check = std::time::Instant::now();
-            let kafka = &config.kafka;
-            match kafka::create_topic_if_missing(kafka, &kafka.tasks_topic, kafka.tasks_partitions).await {
-                Ok(true) => tracing::warn!(topic = %kafka.tasks_topic, "the tasks topic was missing: created it again"),
-                Ok(false) => {}
-                Err(e) => {
-                    topic_missing.store(true, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "the tasks topic is missing and could not be created");
-                }
-            }
-        }
         let timer = metrics.scan_seconds.start_timer();
         let scanned = scan_once(config, owner, pool, metrics, &planner, claimed_tx).await;
         timer.observe_duration();
