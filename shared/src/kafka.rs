@@ -22,6 +22,26 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// Whether a failed send means the idempotent producer itself cannot go on, so that a new
+/// one must take its place. Besides librdkafka's own fatal errors: a broker that lost its
+/// state (restarted without durable storage) answers the old producer id with a fencing
+/// or sequence error forever, and a producer whose messages time out may be stuck on such
+/// a broker (both seen with a memory-storage broker). A new producer costs one connection.
+pub fn producer_must_be_replaced(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::MessageTimedOut
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::UnknownProducerId
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+                | RDKafkaErrorCode::InvalidProducerIdMapping
+        )
+    )
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
     #[error("kafka: {0}")]
@@ -75,4 +95,21 @@ pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, Topi
     })
     .await
     .expect("metadata task panicked")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_errors_of_the_producer_itself_replace_it() {
+        let failed = |code| KafkaError::MessageProduction(code);
+        for code in [RDKafkaErrorCode::ProducerFenced, RDKafkaErrorCode::MessageTimedOut, RDKafkaErrorCode::Fatal] {
+            assert!(producer_must_be_replaced(&failed(code)), "{code:?}");
+        }
+        // A message too large, or a topic gone, says nothing about the producer.
+        for code in [RDKafkaErrorCode::MessageSizeTooLarge, RDKafkaErrorCode::UnknownTopicOrPartition] {
+            assert!(!producer_must_be_replaced(&failed(code)), "{code:?}");
+        }
+    }
 }

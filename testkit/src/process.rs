@@ -130,6 +130,19 @@ impl ServiceProcess {
         }
     }
 
+    /// If the process has exited on its own (crashed), starts it again, as a supervisor
+    /// would (systemd's `Restart=`, Compose's restart policy); returns how it exited.
+    pub fn restart_if_exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&self.log) {
+            use std::io::Write;
+            let _ = writeln!(log, "--- the test's supervisor: exited ({status}); starting it again ---");
+        }
+        self.restart();
+        Some(status)
+    }
+
     /// SIGKILL, no chance to clean up.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -61,6 +61,15 @@ impl Stack {
         p
     }
 
+    /// Starts again each service that exited on its own, as a supervisor would; returns
+    /// each one's name and how it exited.
+    pub fn restart_exited(&mut self) -> Vec<(String, std::process::ExitStatus)> {
+        [&mut self.admin, &mut self.scanner, &mut self.executor]
+            .into_iter()
+            .filter_map(|p| p.restart_if_exited().map(|status| (p.name.clone(), status)))
+            .collect()
+    }
+
     /// `POST /v1/timers`; panics unless the answer is 201. Returns the stored timer.
     pub async fn create_timer(&self, body: &Value) -> Value {
         let r = self.http.post(self.admin.url("/v1/timers")).json(body).send().await.expect("admin reachable");

@@ -36,10 +36,11 @@ pub async fn publish(producer: &Producer, task: &StartedTask) -> Attempt {
     }
     let record = FutureRecord::to(topic).key(&key).payload(&value).headers(headers);
     let timeout = Duration::from_millis(task.http_timeout_ms.max(1) as u64);
-    match producer.get().send(record, timeout).await {
+    let (generation, current) = producer.get();
+    match current.send(record, timeout).await {
         Ok(_) => Attempt::succeeded(started.elapsed()),
         Err((e, _)) => {
-            producer.on_error(&e);
+            producer.on_error(generation, &e);
             failed(format!("publishing to {topic} failed: {e}"), true)
         }
     }

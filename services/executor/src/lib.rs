@@ -54,14 +54,17 @@ pub struct App {
     addr: SocketAddr,
 }
 
-/// The executor's idempotent producer, replaced after a fatal error (an idempotent
-/// producer cannot go on after one, e.g. when a broker that lost its state no longer knows
-/// the producer's id).
+/// The executor's idempotent producer, replaced when it cannot go on (an idempotent
+/// producer cannot after a fatal error, e.g. when a broker that lost its state no longer
+/// knows the producer's id; see [`kafka::producer_must_be_replaced`]).
 #[derive(Clone)]
 pub struct Producer {
-    current: Arc<std::sync::RwLock<FutureProducer>>,
+    current: Arc<std::sync::RwLock<(Generation, FutureProducer)>>,
     kafka: punctual_shared::config::KafkaConfig,
 }
+
+/// Which producer sent a message: failures of one already replaced replace nothing.
+pub type Generation = u64;
 
 impl Producer {
     fn create(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
@@ -69,23 +72,29 @@ impl Producer {
     }
 
     pub fn new(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<Self> {
-        Ok(Self { current: Arc::new(std::sync::RwLock::new(Self::create(kafka)?)), kafka: kafka.clone() })
+        Ok(Self { current: Arc::new(std::sync::RwLock::new((1, Self::create(kafka)?))), kafka: kafka.clone() })
     }
 
-    pub fn get(&self) -> FutureProducer {
+    pub fn get(&self) -> (Generation, FutureProducer) {
         self.current.read().expect("producer lock").clone()
     }
 
-    /// Replaces the producer if `e` is fatal.
-    pub fn on_error(&self, e: &rdkafka::error::KafkaError) {
-        if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Fatal) {
-            match Self::create(&self.kafka) {
-                Ok(p) => {
-                    *self.current.write().expect("producer lock") = p;
-                    tracing::warn!("the producer failed fatally: replaced it");
-                }
-                Err(e) => tracing::warn!(error = %e, "the producer failed fatally and could not be replaced yet"),
+    /// Replaces the producer of `generation`, if it is still the current one and `e` says
+    /// it cannot go on.
+    pub fn on_error(&self, generation: Generation, e: &rdkafka::error::KafkaError) {
+        if !kafka::producer_must_be_replaced(e) {
+            return;
+        }
+        let mut current = self.current.write().expect("producer lock");
+        if current.0 != generation {
+            return;
+        }
+        match Self::create(&self.kafka) {
+            Ok(p) => {
+                *current = (generation + 1, p);
+                tracing::warn!(error = %e, "the producer failed: replaced it");
             }
+            Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
         }
     }
 }
@@ -352,8 +361,9 @@ impl DeadLetters {
         for letter in letters {
             let payload = serde_json::to_vec(letter).expect("a dead letter serializes");
             let record = FutureRecord::to(&self.topic).key(&letter.idempotency_key).payload(&payload);
-            self.producer.get().send(record, Duration::from_secs(30)).await.map_err(|(e, _)| {
-                self.producer.on_error(&e);
+            let (generation, producer) = self.producer.get();
+            producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| {
+                self.producer.on_error(generation, &e);
                 e
             })?;
         }

@@ -17,7 +17,7 @@ pub mod planner;
 pub mod publisher;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -62,7 +62,7 @@ impl App {
         let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
-        let producer = publisher::producer(&config.kafka)?;
+        let producer = publisher::producer(&config.kafka, config.lease())?;
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
@@ -101,7 +101,9 @@ impl App {
             publisher::Publisher {
                 producer: self.producer.clone(),
                 kafka: self.config.kafka.clone(),
-                producer_failed: Arc::new(AtomicBool::new(false)),
+                message_timeout: self.config.lease(),
+                generation: 1,
+                failed_generation: Arc::new(AtomicU64::new(0)),
                 topic_missing,
                 topic: self.config.kafka.tasks_topic.clone(),
                 partitions: self.partitions,

@@ -1,6 +1,6 @@
 //! Publishing held tasks at their fire time.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,10 @@ use crate::metrics::Metrics;
 use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
-pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+///
+/// `message_timeout` is the claim lease: a message not delivered by then is worth nothing,
+/// since its task is claimed and published again once the lease expires.
+pub fn producer(cfg: &KafkaConfig, message_timeout: Duration) -> Result<FutureProducer, rdkafka::error::KafkaError> {
     kafka::client_config(cfg)
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -29,7 +32,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
         // threads woke so often that polling was half the scanner's CPU at 10,000/s.
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "2000000")
-        .set("message.timeout.ms", "30000")
+        .set("message.timeout.ms", message_timeout.as_millis().to_string())
         .create()
 }
 
@@ -37,10 +40,14 @@ pub struct Publisher {
     pub producer: FutureProducer,
     /// To make a new producer when the current one has failed fatally.
     pub kafka: KafkaConfig,
-    /// Set on a fatal producer error (e.g. the broker forgot the idempotent producer's id
-    /// after losing its state): an idempotent producer cannot go on after one, so the
-    /// wheel driver replaces it.
-    pub producer_failed: Arc<AtomicBool>,
+    pub message_timeout: Duration,
+    /// Counts the producers made, starting at 1.
+    pub generation: u64,
+    /// The generation of the last producer that failed, 0 for none. On a fatal error (e.g.
+    /// the broker forgot the idempotent producer's id after losing its state) an idempotent
+    /// producer cannot go on, so the wheel driver replaces it; a failure reported by an
+    /// older producer, already replaced, is no reason to replace the current one.
+    pub failed_generation: Arc<AtomicU64>,
     /// Set when the broker says the topic does not exist (it lost it): the scan loop
     /// creates it again.
     pub topic_missing: Arc<AtomicBool>,
@@ -74,7 +81,7 @@ impl Publisher {
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
-                    note_failure(&e, &self.topic_missing, &self.producer_failed);
+                    note_failure(&e, &self.topic_missing, (&self.failed_generation, self.generation));
                     self.metrics.publish_errors.inc();
                     tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
                 }
@@ -117,19 +124,20 @@ pub async fn drive_wheel(
             let mut pending = Vec::with_capacity(due.len());
             publisher.send(std::mem::take(&mut due), &mut pending);
             let metrics = publisher.metrics.clone();
-            let flags = (publisher.topic_missing.clone(), publisher.producer_failed.clone());
+            let flags = (publisher.topic_missing.clone(), (publisher.failed_generation.clone(), publisher.generation));
             deliveries.spawn(await_deliveries(pending, metrics, flags));
         }
-        if publisher.producer_failed.swap(false, Ordering::Relaxed) {
-            match producer(&publisher.kafka) {
+        if publisher.failed_generation.load(Ordering::Relaxed) == publisher.generation {
+            match producer(&publisher.kafka, publisher.message_timeout) {
                 Ok(p) => {
-                    tracing::warn!("the producer failed fatally: replaced it; failed tasks are re-claimed when their leases expire");
+                    tracing::warn!(
+                        "the producer failed: replaced it; failed tasks are re-claimed when their leases expire"
+                    );
                     publisher.producer = p;
+                    publisher.generation += 1;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the producer failed fatally and could not be replaced yet");
-                    publisher.producer_failed.store(true, Ordering::Relaxed);
-                }
+                // Tried again on the next turn.
+                Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
             }
         }
     }
@@ -137,27 +145,31 @@ pub async fn drive_wheel(
     deliveries.wait().await;
 }
 
-fn note_failure(e: &KafkaError, topic_missing: &AtomicBool, producer_failed: &AtomicBool) {
-    match e.rdkafka_error_code() {
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-            topic_missing.store(true, Ordering::Relaxed)
-        }
-        Some(RDKafkaErrorCode::Fatal) => producer_failed.store(true, Ordering::Relaxed),
-        _ => {}
+/// Which producer a delivery came from, and where its failure is noted.
+type FailureNote = (Arc<AtomicU64>, u64);
+
+fn note_failure(e: &KafkaError, topic_missing: &AtomicBool, (failed_generation, generation): (&AtomicU64, u64)) {
+    if matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+    ) {
+        topic_missing.store(true, Ordering::Relaxed)
+    } else if kafka::producer_must_be_replaced(e) {
+        failed_generation.fetch_max(generation, Ordering::Relaxed);
     }
 }
 
 async fn await_deliveries(
     pending: Vec<(i64, DeliveryFuture)>,
     metrics: Metrics,
-    (topic_missing, producer_failed): (Arc<AtomicBool>, Arc<AtomicBool>),
+    (topic_missing, (failed_generation, generation)): (Arc<AtomicBool>, FailureNote),
 ) {
     let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
     while let Some((id, result)) = futures.next().await {
         match result {
             Ok(Ok(_)) => metrics.published.inc(),
             Ok(Err((e, _))) => {
-                note_failure(&e, &topic_missing, &producer_failed);
+                note_failure(&e, &topic_missing, (&failed_generation, generation));
                 metrics.publish_errors.inc();
                 tracing::warn!(task_id = id, error = %e, "delivery failed; the task will be re-claimed");
             }
