@@ -59,7 +59,9 @@ pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Re
 }
 
 /// Creates the topic unless it exists; true if it was created. Cheap enough to call
-/// periodically: one request to the cluster.
+/// periodically: one client and one request to the cluster. A new client each time, on
+/// purpose: one kept for the life of the caller would hold the metadata of the topic it
+/// is about to create again, which librdkafka mishandles (docs/semantics.md).
 pub async fn create_topic_if_missing(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<bool, TopicError> {
     let admin: AdminClient<DefaultClientContext> = client_config(cfg).create()?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
