@@ -88,7 +88,7 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         topic_replication: 1,
     };
     punctual_shared::kafka::ensure_topic(&cfg, &topic, partitions).await?;
-    let producer = punctual_scanner::publisher::producer(&cfg, Duration::from_secs(30))?;
+    let producer = punctual_scanner::publisher::producer(&cfg)?;
     let consumer: StreamConsumer = punctual_shared::kafka::client_config(&cfg)
         .set("group.id", format!("bench-{}", uuid::Uuid::new_v4().simple()))
         .set("auto.offset.reset", "earliest")

@@ -68,7 +68,14 @@ pub type Generation = u64;
 
 impl Producer {
     fn create(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
-        kafka::client_config(kafka).set("enable.idempotence", "true").set("acks", "all").create()
+        kafka::client_config(kafka)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // Bounds a delivery (librdkafka's default is 5 minutes): a Kafka action or dead
+            // letter not acknowledged by then fails, and is retried by a new producer if
+            // this one is stuck.
+            .set("message.timeout.ms", "30000")
+            .create()
     }
 
     pub fn new(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<Self> {
@@ -85,17 +92,25 @@ impl Producer {
         if !kafka::producer_must_be_replaced(e) {
             return;
         }
-        let mut current = self.current.write().expect("producer lock");
-        if current.0 != generation {
+        if self.current.read().expect("producer lock").0 != generation {
             return;
         }
-        match Self::create(&self.kafka) {
-            Ok(p) => {
-                *current = (generation + 1, p);
-                tracing::warn!(error = %e, "the producer failed: replaced it");
+        // Made before taking the lock, so that senders are not held up meanwhile.
+        let replacement = match Self::create(&self.kafka) {
+            Ok(p) => p,
+            Err(e) => return tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
+        };
+        let old = {
+            let mut current = self.current.write().expect("producer lock");
+            if current.0 != generation {
+                return;
             }
-            Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
-        }
+            std::mem::replace(&mut *current, (generation + 1, replacement))
+        };
+        tracing::warn!(error = %e, "the producer failed: replaced it");
+        // Dropping a producer purges, flushes and joins its threads (up to some hundreds
+        // of milliseconds): not on an async worker. Senders may still hold clones of it.
+        tokio::task::spawn_blocking(move || drop(old));
     }
 }
 

@@ -62,7 +62,7 @@ impl App {
         let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
-        let producer = publisher::producer(&config.kafka, config.lease())?;
+        let producer = publisher::producer(&config.kafka)?;
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
@@ -99,9 +99,8 @@ impl App {
         tracker.spawn(keep_topic(self.config.kafka.clone(), topic_missing.clone(), token.clone()));
         tracker.spawn(publisher::drive_wheel(
             publisher::Publisher {
-                producer: self.producer.clone(),
+                producer: self.producer,
                 kafka: self.config.kafka.clone(),
-                message_timeout: self.config.lease(),
                 generation: 1,
                 failed_generation: Arc::new(AtomicU64::new(0)),
                 topic_missing,

@@ -21,10 +21,7 @@ use crate::metrics::Metrics;
 use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
-///
-/// `message_timeout` is the claim lease: a message not delivered by then is worth nothing,
-/// since its task is claimed and published again once the lease expires.
-pub fn producer(cfg: &KafkaConfig, message_timeout: Duration) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
     kafka::client_config(cfg)
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -32,21 +29,25 @@ pub fn producer(cfg: &KafkaConfig, message_timeout: Duration) -> Result<FuturePr
         // threads woke so often that polling was half the scanner's CPU at 10,000/s.
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "2000000")
-        .set("message.timeout.ms", message_timeout.as_millis().to_string())
+        // Long enough to ride out a broker restart. Tied to the lease (4 s in the fault
+        // tests) instead, the producer timed out and was replaced during a 2 s restart of
+        // a durable broker, and in one run of four the broker then reset the connections
+        // of every client until the test gave up.
+        .set("message.timeout.ms", "30000")
         .create()
 }
 
 pub struct Publisher {
     pub producer: FutureProducer,
-    /// To make a new producer when the current one has failed fatally.
+    /// To make a new producer when the current one cannot go on.
     pub kafka: KafkaConfig,
-    pub message_timeout: Duration,
     /// Counts the producers made, starting at 1.
     pub generation: u64,
-    /// The generation of the last producer that failed, 0 for none. On a fatal error (e.g.
-    /// the broker forgot the idempotent producer's id after losing its state) an idempotent
-    /// producer cannot go on, so the wheel driver replaces it; a failure reported by an
-    /// older producer, already replaced, is no reason to replace the current one.
+    /// The generation of the last producer that failed, 0 for none. After some errors an
+    /// idempotent producer cannot go on ([`kafka::producer_must_be_replaced`]: e.g. the
+    /// broker forgot its id after losing its state), so the wheel driver replaces it; a
+    /// failure reported by an older producer, already replaced, is no reason to replace
+    /// the current one.
     pub failed_generation: Arc<AtomicU64>,
     /// Set when the broker says the topic does not exist (it lost it): the scan loop
     /// creates it again.
@@ -57,6 +58,15 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// Where the failures of sends by the current producer are noted.
+    fn failure_note(&self) -> FailureNote {
+        FailureNote {
+            topic_missing: self.topic_missing.clone(),
+            failed_generation: self.failed_generation.clone(),
+            generation: self.generation,
+        }
+    }
+
     /// Sends the tasks; returns the deliveries to await. A task whose claim has expired
     /// is dropped, not sent: another scanner may own it now (a scanner frozen past its
     /// lease must not publish what it no longer holds).
@@ -81,7 +91,7 @@ impl Publisher {
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
-                    note_failure(&e, &self.topic_missing, (&self.failed_generation, self.generation));
+                    self.failure_note().note(&e);
                     self.metrics.publish_errors.inc();
                     tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
                 }
@@ -102,6 +112,7 @@ pub async fn drive_wheel(
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let deliveries = TaskTracker::new();
     let mut due = Vec::new();
+    let mut replace_again_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -124,20 +135,26 @@ pub async fn drive_wheel(
             let mut pending = Vec::with_capacity(due.len());
             publisher.send(std::mem::take(&mut due), &mut pending);
             let metrics = publisher.metrics.clone();
-            let flags = (publisher.topic_missing.clone(), (publisher.failed_generation.clone(), publisher.generation));
-            deliveries.spawn(await_deliveries(pending, metrics, flags));
+            deliveries.spawn(await_deliveries(pending, metrics, publisher.failure_note()));
         }
-        if publisher.failed_generation.load(Ordering::Relaxed) == publisher.generation {
-            match producer(&publisher.kafka, publisher.message_timeout) {
+        if publisher.failed_generation.load(Ordering::Relaxed) == publisher.generation
+            && tokio::time::Instant::now() >= replace_again_at
+        {
+            match producer(&publisher.kafka) {
                 Ok(p) => {
                     tracing::warn!(
                         "the producer failed: replaced it; failed tasks are re-claimed when their leases expire"
                     );
-                    publisher.producer = p;
+                    let old = std::mem::replace(&mut publisher.producer, p);
                     publisher.generation += 1;
+                    // Dropping a producer purges, flushes and joins its threads: up to
+                    // some hundreds of milliseconds, not on the thread that publishes.
+                    tokio::task::spawn_blocking(move || drop(old));
                 }
-                // Tried again on the next turn.
-                Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
+                Err(e) => {
+                    replace_again_at = tokio::time::Instant::now() + Duration::from_secs(1);
+                    tracing::warn!(error = %e, "the producer failed and could not be replaced yet");
+                }
             }
         }
     }
@@ -145,31 +162,31 @@ pub async fn drive_wheel(
     deliveries.wait().await;
 }
 
-/// Which producer a delivery came from, and where its failure is noted.
-type FailureNote = (Arc<AtomicU64>, u64);
+/// Where a failed send is noted, with the generation of the producer that sent it.
+struct FailureNote {
+    topic_missing: Arc<AtomicBool>,
+    failed_generation: Arc<AtomicU64>,
+    generation: u64,
+}
 
-fn note_failure(e: &KafkaError, topic_missing: &AtomicBool, (failed_generation, generation): (&AtomicU64, u64)) {
-    if matches!(
-        e.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
-    ) {
-        topic_missing.store(true, Ordering::Relaxed)
-    } else if kafka::producer_must_be_replaced(e) {
-        failed_generation.fetch_max(generation, Ordering::Relaxed);
+impl FailureNote {
+    fn note(&self, e: &KafkaError) {
+        let code = e.rdkafka_error_code();
+        if matches!(code, Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)) {
+            self.topic_missing.store(true, Ordering::Relaxed)
+        } else if kafka::producer_must_be_replaced(e) {
+            self.failed_generation.fetch_max(self.generation, Ordering::Relaxed);
+        }
     }
 }
 
-async fn await_deliveries(
-    pending: Vec<(i64, DeliveryFuture)>,
-    metrics: Metrics,
-    (topic_missing, (failed_generation, generation)): (Arc<AtomicBool>, FailureNote),
-) {
+async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, metrics: Metrics, failures: FailureNote) {
     let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
     while let Some((id, result)) = futures.next().await {
         match result {
             Ok(Ok(_)) => metrics.published.inc(),
             Ok(Err((e, _))) => {
-                note_failure(&e, &topic_missing, (&failed_generation, generation));
+                failures.note(&e);
                 metrics.publish_errors.inc();
                 tracing::warn!(task_id = id, error = %e, "delivery failed; the task will be re-claimed");
             }
