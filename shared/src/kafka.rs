@@ -1,11 +1,13 @@
 //! Kafka plumbing shared by the scanner and the executor.
 
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
@@ -40,6 +42,66 @@ pub fn producer_must_be_replaced(e: &KafkaError) -> bool {
                 | RDKafkaErrorCode::InvalidProducerIdMapping
         )
     )
+}
+
+/// Which producer sent a message: the failures of one already replaced replace nothing.
+pub type Generation = u64;
+
+/// An idempotent producer that is replaced when it cannot go on (see
+/// [`producer_must_be_replaced`]). Clones share it.
+#[derive(Clone)]
+pub struct ReplaceableProducer {
+    current: Arc<RwLock<(Generation, FutureProducer)>>,
+    /// Held while a replacement is made, so that the failures of one producer arriving
+    /// together make one new producer, not one each.
+    replacing: Arc<Mutex<()>>,
+    create: Arc<dyn Fn() -> KafkaResult<FutureProducer> + Send + Sync>,
+}
+
+impl ReplaceableProducer {
+    /// A producer made by `create`, which also makes its replacements.
+    pub fn new(create: impl Fn() -> KafkaResult<FutureProducer> + Send + Sync + 'static) -> KafkaResult<Self> {
+        let first = create()?;
+        Ok(Self {
+            current: Arc::new(RwLock::new((1, first))),
+            replacing: Arc::new(Mutex::new(())),
+            create: Arc::new(create),
+        })
+    }
+
+    /// The current producer, with its generation to report its failures with.
+    pub fn get(&self) -> (Generation, FutureProducer) {
+        self.current.read().expect("producer lock").clone()
+    }
+
+    /// Replaces the producer of `generation` if `e` says it cannot go on and it has not
+    /// been replaced already. Called from within the tokio runtime.
+    pub fn on_error(&self, generation: Generation, e: &KafkaError) {
+        if !producer_must_be_replaced(e) {
+            return;
+        }
+        let Ok(_replacing) = self.replacing.try_lock() else {
+            return;
+        };
+        if self.get().0 != generation {
+            return;
+        }
+        match (self.create)() {
+            Ok(replacement) => {
+                let old = std::mem::replace(
+                    &mut *self.current.write().expect("producer lock"),
+                    (generation + 1, replacement),
+                );
+                tracing::warn!(error = %e, "the producer failed: replaced it");
+                // Dropping a producer purges, flushes and joins its threads (up to some
+                // hundreds of milliseconds): not on an async worker. Senders may still
+                // hold clones of it.
+                tokio::task::spawn_blocking(move || drop(old));
+            }
+            // Tried again on the next failure.
+            Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +164,33 @@ pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, Topi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_producer_is_replaced_once_for_its_own_failures_only() {
+        // Creating a producer needs no broker: it connects when it first sends.
+        let cfg = KafkaConfig {
+            kafka_brokers: "127.0.0.1:1".into(),
+            tasks_topic: "unused".into(),
+            tasks_partitions: 1,
+            topic_replication: 1,
+        };
+        let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = made.clone();
+        let producer = ReplaceableProducer::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            client_config(&cfg).create()
+        })
+        .unwrap();
+        let failed = |code| KafkaError::MessageProduction(code);
+        producer.on_error(1, &failed(RDKafkaErrorCode::MessageSizeTooLarge));
+        assert_eq!(producer.get().0, 1, "not the producer's fault");
+        producer.on_error(1, &failed(RDKafkaErrorCode::ProducerFenced));
+        assert_eq!(producer.get().0, 2);
+        // More failures of the first producer, already replaced, replace nothing.
+        producer.on_error(1, &failed(RDKafkaErrorCode::MessageTimedOut));
+        assert_eq!(producer.get().0, 2);
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn only_errors_of_the_producer_itself_replace_it() {

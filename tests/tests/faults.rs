@@ -81,36 +81,40 @@ impl Load {
         sink: &Sink,
         timeout: Duration,
     ) -> Vec<(String, std::process::ExitStatus)> {
+        let mut restarted = Vec::new();
+        self.wait_for_all(|| sink.calls(), timeout, || restarted.extend(stack.restart_exited())).await;
+        restarted
+    }
+
+    /// Polls `calls` until every due occurrence is among them (true) or `timeout` passes
+    /// (false), running `each_turn` before each look.
+    async fn wait_for_all(
+        &self,
+        calls: impl Fn() -> Vec<Call>,
+        timeout: Duration,
+        mut each_turn: impl FnMut(),
+    ) -> bool {
         let expected = self.expected();
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut restarted = Vec::new();
-        while tokio::time::Instant::now() < deadline {
-            restarted.extend(stack.restart_exited());
-            let seen: HashSet<String> = sink.calls().into_iter().filter_map(|c| c.idempotency_key).collect();
+        loop {
+            each_turn();
+            let seen: HashSet<String> = calls().into_iter().filter_map(|c| c.idempotency_key).collect();
             if expected.iter().all(|k| seen.contains(k)) {
-                break;
+                return true;
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        restarted
     }
 
     /// As `audit`, over the calls `calls` returns (several sinks, e.g.).
     async fn audit_calls(&self, stack: &Stack, calls: impl Fn() -> Vec<Call>, timeout: Duration) -> Audit {
-        let expected = self.expected();
-        let done = tokio::time::timeout(timeout, async {
-            loop {
-                let seen: HashSet<String> = calls().into_iter().filter_map(|c| c.idempotency_key).collect();
-                if expected.iter().all(|k| seen.contains(k)) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-        .await;
-        if done.is_ok() {
+        if self.wait_for_all(&calls, timeout, || {}).await {
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
+        let expected = self.expected();
         let mut counts: HashMap<String, usize> = HashMap::new();
         for c in calls() {
             *counts.entry(c.idempotency_key.unwrap_or_default()).or_default() += 1;

@@ -54,64 +54,18 @@ pub struct App {
     addr: SocketAddr,
 }
 
-/// The executor's idempotent producer, replaced when it cannot go on (an idempotent
-/// producer cannot after a fatal error, e.g. when a broker that lost its state no longer
-/// knows the producer's id; see [`kafka::producer_must_be_replaced`]).
-#[derive(Clone)]
-pub struct Producer {
-    current: Arc<std::sync::RwLock<(Generation, FutureProducer)>>,
-    kafka: punctual_shared::config::KafkaConfig,
-}
+/// The executor's idempotent producer, for dead letters and Kafka actions.
+pub type Producer = kafka::ReplaceableProducer;
 
-/// Which producer sent a message: failures of one already replaced replace nothing.
-pub type Generation = u64;
-
-impl Producer {
-    fn create(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
-        kafka::client_config(kafka)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            // Bounds a delivery (librdkafka's default is 5 minutes): a Kafka action or dead
-            // letter not acknowledged by then fails, and is retried by a new producer if
-            // this one is stuck.
-            .set("message.timeout.ms", "30000")
-            .create()
-    }
-
-    pub fn new(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<Self> {
-        Ok(Self { current: Arc::new(std::sync::RwLock::new((1, Self::create(kafka)?))), kafka: kafka.clone() })
-    }
-
-    pub fn get(&self) -> (Generation, FutureProducer) {
-        self.current.read().expect("producer lock").clone()
-    }
-
-    /// Replaces the producer of `generation`, if it is still the current one and `e` says
-    /// it cannot go on.
-    pub fn on_error(&self, generation: Generation, e: &rdkafka::error::KafkaError) {
-        if !kafka::producer_must_be_replaced(e) {
-            return;
-        }
-        if self.current.read().expect("producer lock").0 != generation {
-            return;
-        }
-        // Made before taking the lock, so that senders are not held up meanwhile.
-        let replacement = match Self::create(&self.kafka) {
-            Ok(p) => p,
-            Err(e) => return tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
-        };
-        let old = {
-            let mut current = self.current.write().expect("producer lock");
-            if current.0 != generation {
-                return;
-            }
-            std::mem::replace(&mut *current, (generation + 1, replacement))
-        };
-        tracing::warn!(error = %e, "the producer failed: replaced it");
-        // Dropping a producer purges, flushes and joins its threads (up to some hundreds
-        // of milliseconds): not on an async worker. Senders may still hold clones of it.
-        tokio::task::spawn_blocking(move || drop(old));
-    }
+fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
+    kafka::client_config(kafka)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        // Bounds a delivery (librdkafka's default is 5 minutes): a Kafka action or dead
+        // letter not acknowledged by then fails, and is retried by a new producer if this
+        // one is stuck.
+        .set("message.timeout.ms", "30000")
+        .create()
 }
 
 /// Logs partition assignments, so a group that does not settle can be seen.
@@ -161,7 +115,8 @@ impl App {
             .executor_id
             .clone()
             .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-        let producer = Producer::new(&config.kafka).context("creating the producer")?;
+        let kafka_config = config.kafka.clone();
+        let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
         let consumer: TaskConsumer = kafka::client_config(&config.kafka)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "true")

@@ -17,15 +17,15 @@ pub mod planner;
 pub mod publisher;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
 use punctual_shared::config::KafkaConfig;
+use punctual_shared::kafka::ReplaceableProducer;
 use punctual_shared::task::{self, ClaimedTask};
 use punctual_shared::{db, kafka, ops};
-use rdkafka::producer::FutureProducer;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -42,7 +42,7 @@ pub struct App {
     config: ScannerConfig,
     owner: String,
     pool: PgPool,
-    producer: FutureProducer,
+    producer: ReplaceableProducer,
     partitions: i32,
     metrics: Metrics,
     listener: TcpListener,
@@ -62,7 +62,8 @@ impl App {
         let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
-        let producer = publisher::producer(&config.kafka)?;
+        let kafka_config = config.kafka.clone();
+        let producer = ReplaceableProducer::new(move || publisher::producer(&kafka_config))?;
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
@@ -100,9 +101,6 @@ impl App {
         tracker.spawn(publisher::drive_wheel(
             publisher::Publisher {
                 producer: self.producer,
-                kafka: self.config.kafka.clone(),
-                generation: 1,
-                failed_generation: Arc::new(AtomicU64::new(0)),
                 topic_missing,
                 topic: self.config.kafka.tasks_topic.clone(),
                 partitions: self.partitions,

@@ -1,13 +1,13 @@
 //! Publishing held tasks at their fire time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
-use punctual_shared::kafka;
+use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -38,18 +38,9 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
 }
 
 pub struct Publisher {
-    pub producer: FutureProducer,
-    /// To make a new producer when the current one cannot go on.
-    pub kafka: KafkaConfig,
-    /// Counts the producers made, starting at 1.
-    pub generation: u64,
-    /// The generation of the last producer that failed, 0 for none. After some errors an
-    /// idempotent producer cannot go on ([`kafka::producer_must_be_replaced`]: e.g. the
-    /// broker forgot its id after losing its state), so the wheel driver replaces it; a
-    /// failure reported by an older producer, already replaced, is no reason to replace
-    /// the current one.
-    pub failed_generation: Arc<AtomicU64>,
-    /// Set when the broker says the topic does not exist (it lost it): the scan loop
+    /// Replaced when it cannot go on (e.g. the broker forgot its id after losing its state).
+    pub producer: ReplaceableProducer,
+    /// Set when the broker says the topic does not exist (it lost it): the topic keeper
     /// creates it again.
     pub topic_missing: Arc<AtomicBool>,
     pub topic: String,
@@ -58,20 +49,18 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Where the failures of sends by the current producer are noted.
-    fn failure_note(&self) -> FailureNote {
-        FailureNote {
-            topic_missing: self.topic_missing.clone(),
-            failed_generation: self.failed_generation.clone(),
-            generation: self.generation,
-        }
+    /// Where the failures of sends by the producer of `generation` are noted.
+    fn failure_note(&self, generation: Generation) -> FailureNote {
+        FailureNote { topic_missing: self.topic_missing.clone(), producer: self.producer.clone(), generation }
     }
 
-    /// Sends the tasks; returns the deliveries to await. A task whose claim has expired
+    /// Sends the tasks, adding their deliveries to `pending`; returns the generation of the
+    /// producer that sent them, to report their failures with. A task whose claim has expired
     /// is dropped, not sent: another scanner may own it now (a scanner frozen past its
     /// lease must not publish what it no longer holds).
-    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<(i64, DeliveryFuture)>) {
+    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<(i64, DeliveryFuture)>) -> Generation {
         let now = Utc::now();
+        let (generation, producer) = self.producer.get();
         for t in tasks {
             if t.lease_until <= now {
                 self.metrics.fenced.inc();
@@ -83,7 +72,7 @@ impl Publisher {
             let payload = serde_json::to_vec(&message).expect("a task message serializes");
             let partition = i32::from(t.bucket) % self.partitions;
             let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
-            match self.producer.send_result(record) {
+            match producer.send_result(record) {
                 Ok(delivery) => {
                     let lag = (now - t.due_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     self.metrics.publish_lag.observe(lag.max(0.0));
@@ -91,18 +80,19 @@ impl Publisher {
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
-                    self.failure_note().note(&e);
+                    self.failure_note(generation).note(&e);
                     self.metrics.publish_errors.inc();
                     tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
                 }
             }
         }
+        generation
     }
 }
 
 /// Holds claimed tasks in the timing wheel and publishes each when its time comes.
 pub async fn drive_wheel(
-    mut publisher: Publisher,
+    publisher: Publisher,
     mut claimed_rx: mpsc::Receiver<Vec<ClaimedTask>>,
     token: CancellationToken,
 ) {
@@ -112,7 +102,6 @@ pub async fn drive_wheel(
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let deliveries = TaskTracker::new();
     let mut due = Vec::new();
-    let mut replace_again_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -133,29 +122,9 @@ pub async fn drive_wheel(
         publisher.metrics.held.set(wheel.len() as i64);
         if !due.is_empty() {
             let mut pending = Vec::with_capacity(due.len());
-            publisher.send(std::mem::take(&mut due), &mut pending);
+            let generation = publisher.send(std::mem::take(&mut due), &mut pending);
             let metrics = publisher.metrics.clone();
-            deliveries.spawn(await_deliveries(pending, metrics, publisher.failure_note()));
-        }
-        if publisher.failed_generation.load(Ordering::Relaxed) == publisher.generation
-            && tokio::time::Instant::now() >= replace_again_at
-        {
-            match producer(&publisher.kafka) {
-                Ok(p) => {
-                    tracing::warn!(
-                        "the producer failed: replaced it; failed tasks are re-claimed when their leases expire"
-                    );
-                    let old = std::mem::replace(&mut publisher.producer, p);
-                    publisher.generation += 1;
-                    // Dropping a producer purges, flushes and joins its threads: up to
-                    // some hundreds of milliseconds, not on the thread that publishes.
-                    tokio::task::spawn_blocking(move || drop(old));
-                }
-                Err(e) => {
-                    replace_again_at = tokio::time::Instant::now() + Duration::from_secs(1);
-                    tracing::warn!(error = %e, "the producer failed and could not be replaced yet");
-                }
-            }
+            deliveries.spawn(await_deliveries(pending, metrics, publisher.failure_note(generation)));
         }
     }
     deliveries.close();
@@ -165,8 +134,8 @@ pub async fn drive_wheel(
 /// Where a failed send is noted, with the generation of the producer that sent it.
 struct FailureNote {
     topic_missing: Arc<AtomicBool>,
-    failed_generation: Arc<AtomicU64>,
-    generation: u64,
+    producer: ReplaceableProducer,
+    generation: Generation,
 }
 
 impl FailureNote {
@@ -174,8 +143,8 @@ impl FailureNote {
         let code = e.rdkafka_error_code();
         if matches!(code, Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)) {
             self.topic_missing.store(true, Ordering::Relaxed)
-        } else if kafka::producer_must_be_replaced(e) {
-            self.failed_generation.fetch_max(self.generation, Ordering::Relaxed);
+        } else {
+            self.producer.on_error(self.generation, e);
         }
     }
 }
