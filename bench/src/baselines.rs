@@ -86,6 +86,7 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         tasks_topic: topic.clone(),
         tasks_partitions: partitions,
         topic_replication: 1,
+        kafka_options: Default::default(),
     };
     punctual_shared::kafka::ensure_topic(&cfg, &topic, partitions).await?;
     let producer = punctual_scanner::publisher::producer(&cfg)?;
@@ -101,6 +102,7 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         timer_id: uuid::Uuid::new_v4(),
         scheduled_at: chrono::Utc::now(),
         attempt: 1,
+        due_at: Some(chrono::Utc::now()),
     };
     let payload = serde_json::to_vec(&message)?;
     let key = message.key();

@@ -37,8 +37,9 @@ pub struct LoadResult {
     pub writes: RowWrites,
     /// Mean time of one scanner pass (plan, sweeps, claim).
     pub mean_scan_ms: f64,
-    /// Where the lag comes from: mean publish lag at the scanner (publish − due) and mean
-    /// start lag at the executor (start − scheduled; the sink's lag adds the callback).
+    /// Where the lag comes from: mean publish lag at the scanner (publish − the time to
+    /// publish, due less the publish lead) and mean start lag at the executor (the time
+    /// the call began − scheduled; the sink's lag adds the call's way to the sink).
     pub mean_publish_lag_ms: f64,
     pub mean_start_lag_ms: f64,
     /// Where Postgres spent its time during the load.
@@ -189,6 +190,11 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
     println!(
         "  CPU per fire: scanner {:.0} µs, executor {:.0} µs, broker {:.0} µs, postgres {:.0} µs, sink {:.0} µs: {:.0} µs",
         c.scanner_us, c.executor_us, c.broker_us, c.postgres_us, c.sink_us, c.total_us
+    );
+    let m = &result.memory;
+    println!(
+        "  memory: scanner peak {:.0} MB, executor {:.0} MB early → {:.0} MB late (peak {:.0} MB)",
+        m.scanner_peak_mb, m.executor_early_mb, m.executor_late_mb, m.executor_peak_mb
     );
     for s in &result.top_statements {
         println!(

@@ -63,4 +63,57 @@ pub struct KafkaConfig {
     /// Replication factor of the tasks topic when Punctual creates it.
     #[arg(long, env = "PUNCTUAL_TOPIC_REPLICATION", default_value_t = 1)]
     pub topic_replication: i32,
+    /// Further librdkafka properties for every Kafka client, `key=value` pairs separated by
+    /// `;` (e.g. `security.protocol=SASL_SSL;sasl.mechanism=PLAIN`). Applied last, so they
+    /// also override Punctual's own settings.
+    #[arg(long, env = "PUNCTUAL_KAFKA_OPTIONS", default_value = "")]
+    pub kafka_options: KafkaOptions,
+}
+
+/// librdkafka properties given by the operator. `Debug` shows the keys only: values may be
+/// credentials (`sasl.password`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaOptions(pub Vec<(String, String)>);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("Kafka option {0:?} is not of the form key=value")]
+pub struct KafkaOptionError(String);
+
+impl FromStr for KafkaOptions {
+    type Err = KafkaOptionError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split(';')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| match entry.split_once('=') {
+                Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_owned(), value.trim().to_owned())),
+                _ => Err(KafkaOptionError(entry.to_owned())),
+            })
+            .collect::<Result<_, _>>()
+            .map(KafkaOptions)
+    }
+}
+
+impl fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|(k, _)| (k, "***"))).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_options_are_key_value_pairs_and_hide_their_values() {
+        let options: KafkaOptions = " security.protocol=SASL_SSL; sasl.password = a=b ;".parse().unwrap();
+        assert_eq!(
+            options.0,
+            vec![("security.protocol".into(), "SASL_SSL".into()), ("sasl.password".into(), "a=b".into())]
+        );
+        assert_eq!(format!("{options:?}"), r#"{"security.protocol": "***", "sasl.password": "***"}"#);
+        assert_eq!("".parse::<KafkaOptions>().unwrap(), KafkaOptions::default());
+        assert_eq!("linger.ms".parse::<KafkaOptions>(), Err(KafkaOptionError("linger.ms".into())));
+        assert_eq!("=5".parse::<KafkaOptions>(), Err(KafkaOptionError("=5".into())));
+    }
 }

@@ -24,6 +24,21 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// The operator's own librdkafka properties (`PUNCTUAL_KAFKA_OPTIONS`), set last on a
+/// client's configuration so that they win over Punctual's.
+pub trait OperatorOptions {
+    fn with_operator_options(&mut self, cfg: &KafkaConfig) -> &mut Self;
+}
+
+impl OperatorOptions for ClientConfig {
+    fn with_operator_options(&mut self, cfg: &KafkaConfig) -> &mut Self {
+        for (key, value) in &cfg.kafka_options.0 {
+            self.set(key, value);
+        }
+        self
+    }
+}
+
 /// Whether a failed send means the idempotent producer itself cannot go on, so that a new
 /// one must take its place. Besides librdkafka's own fatal errors: a broker that lost its
 /// state (restarted without durable storage) answers the old producer id with a fencing
@@ -125,7 +140,7 @@ pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Re
 /// purpose: one kept for the life of the caller would hold the metadata of the topic it
 /// is about to create again, which librdkafka mishandles (docs/semantics.md).
 pub async fn create_topic_if_missing(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<bool, TopicError> {
-    let admin: AdminClient<DefaultClientContext> = client_config(cfg).create()?;
+    let admin: AdminClient<DefaultClientContext> = client_config(cfg).with_operator_options(cfg).create()?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let mut created = false;
@@ -145,7 +160,7 @@ pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, Topi
     let topic = topic.to_owned();
     // Metadata requests block: keep them off the async workers.
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client_config(&cfg).create()?;
+        let consumer: BaseConsumer = client_config(&cfg).with_operator_options(&cfg).create()?;
         for _ in 0..50 {
             let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
             let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
@@ -173,6 +188,7 @@ mod tests {
             tasks_topic: "unused".into(),
             tasks_partitions: 1,
             topic_replication: 1,
+            kafka_options: Default::default(),
         };
         let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = made.clone();

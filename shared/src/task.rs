@@ -549,6 +549,12 @@ pub struct TaskMessage {
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
+    /// When this attempt is due: the executor does not run it before. The scanner publishes
+    /// a little ahead of it (`PUNCTUAL_PUBLISH_LEAD_MS`), so that the message's way to the
+    /// executor and the start are over when it is due. Absent in messages of older
+    /// scanners, which published at the due time: those run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 impl TaskMessage {
@@ -571,7 +577,13 @@ pub struct DeadLetter {
 
 impl From<&ClaimedTask> for TaskMessage {
     fn from(t: &ClaimedTask) -> Self {
-        Self { task_id: t.id, timer_id: t.timer_id, scheduled_at: t.scheduled_at, attempt: t.attempt }
+        Self {
+            task_id: t.id,
+            timer_id: t.timer_id,
+            scheduled_at: t.scheduled_at,
+            attempt: t.attempt,
+            due_at: Some(t.due_at),
+        }
     }
 }
 
@@ -596,9 +608,13 @@ mod tests {
             timer_id: Uuid::nil(),
             scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc),
             attempt: 1,
+            due_at: Some(DateTime::parse_from_rfc3339("2026-12-24T18:00:01Z").unwrap().with_timezone(&Utc)),
         };
         let v = serde_json::to_vec(&m).unwrap();
         assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
         assert_eq!(m.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z");
+        // A message of a scanner from before due_at was sent: due at once.
+        let old = br#"{"task_id":7,"timer_id":"00000000-0000-0000-0000-000000000000","scheduled_at":"2026-12-24T18:00:00.5Z","attempt":1}"#;
+        assert_eq!(serde_json::from_slice::<TaskMessage>(old).unwrap(), TaskMessage { due_at: None, ..m });
     }
 }

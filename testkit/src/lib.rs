@@ -80,6 +80,7 @@ pub fn kafka_config(partitions: i32) -> KafkaConfig {
         tasks_topic: unique_name("punctual.tasks"),
         tasks_partitions: partitions,
         topic_replication: 1,
+        kafka_options: Default::default(),
     }
 }
 

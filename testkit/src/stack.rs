@@ -174,6 +174,7 @@ pub async fn create_topic(topic: &str, partitions: i32) {
         tasks_topic: topic.to_owned(),
         tasks_partitions: partitions,
         topic_replication: 1,
+        kafka_options: Default::default(),
     };
     punctual_shared::kafka::ensure_topic(&cfg, topic, partitions).await.expect("create topic");
 }

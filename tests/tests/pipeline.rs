@@ -29,7 +29,9 @@ fn by_key(calls: &[Call]) -> HashMap<String, Vec<&Call>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_and_sql_timers_fire_once_each_on_time() {
     let sink = Sink::start().await;
-    let stack = Stack::start(&[]).await;
+    // Tasks are published a second before they are due (the default is 50 ms), so that
+    // an executor that did not hold them until then would fire them a second early.
+    let stack = Stack::start(&[("PUNCTUAL_PUBLISH_LEAD_MS", "1000".into())]).await;
 
     let once_at = Utc::now() + chrono::Duration::milliseconds(2_500);
     let once = stack
@@ -101,16 +103,19 @@ async fn api_and_sql_timers_fire_once_each_on_time() {
     assert_eq!(sink.calls_to("/delay")[0].method, "PUT");
     assert_eq!(&sink.calls_to("/sql")[0].body[..], b"plain text");
 
-    // Every task row ends succeeded, with the answer's code and the call's duration.
-    let rows: Vec<(String, Option<i16>, Option<i32>)> =
-        sqlx::query_as("SELECT status, http_status, duration_ms FROM tasks ORDER BY scheduled_at")
-            .fetch_all(&stack.db.pool)
-            .await
-            .unwrap();
+    // Every task row ends succeeded, with the answer's code and the call's duration, and
+    // started when it was due, not when its message arrived.
+    let rows: Vec<(String, Option<i16>, Option<i32>, bool)> = sqlx::query_as(
+        "SELECT status, http_status, duration_ms, started_at >= scheduled_at FROM tasks ORDER BY scheduled_at",
+    )
+    .fetch_all(&stack.db.pool)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), want);
-    for (status, code, duration) in &rows {
+    for (status, code, duration, started_in_time) in &rows {
         assert_eq!((status.as_str(), *code), ("succeeded", Some(200)));
         assert!(duration.is_some());
+        assert!(started_in_time, "a task's started_at is before its scheduled_at: {rows:?}");
     }
     let runs = stack.runs(&id(&cron)).await;
     assert_eq!(runs.len(), 5);

@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
+use punctual_shared::kafka::OperatorOptions;
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::client::ClientContext;
@@ -65,6 +66,7 @@ fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::err
         // letter not acknowledged by then fails, and is retried by a new producer if this
         // one is stuck.
         .set("message.timeout.ms", "30000")
+        .with_operator_options(kafka)
         .create()
 }
 
@@ -131,6 +133,7 @@ impl App {
             // brought the lag's median at 1,000 fires/s from 19 ms to 14 ms; 2 ms cost
             // more in fetch load than it gained).
             .set("fetch.wait.max.ms", "5")
+            .with_operator_options(&config.kafka)
             .create_with_context(ExecutorContext)
             .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
@@ -261,7 +264,6 @@ async fn consume(
                 }
             }
         };
-        let now = Utc::now();
         let mut started: std::collections::HashMap<i64, task::StartedTask> =
             started.into_iter().map(|s| (s.id, s)).collect();
         for (message, position, slot) in messages {
@@ -270,16 +272,23 @@ async fn consume(
                 store(app, offsets, position);
                 continue;
             };
-            if started_task.attempt == 1 {
-                let lag = (now - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-                app.metrics.fire_lag.observe(lag.max(0.0));
-            }
             app.metrics.in_flight.inc();
+            let due_at = message.due_at;
             let http = app.http.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
             let producer = app.producer.clone();
             runs.spawn(async move {
+                let mut started_task = started_task;
+                // Published ahead of its due time (the scanner's lead): run it then, not before.
+                if let Some(wait) = due_at.and_then(|due| (due - Utc::now()).to_std().ok()) {
+                    tokio::time::sleep(wait).await;
+                    started_task.started_at = Utc::now();
+                }
+                if started_task.attempt == 1 {
+                    let lag = (Utc::now() - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    metrics.fire_lag.observe(lag.max(0.0));
+                }
                 let attempt = match started_task.action_kind.as_str() {
                     "kafka" => kafka_action::publish(&producer, &started_task).await,
                     _ => callback::call(&http, &started_task).await,
@@ -341,6 +350,13 @@ impl DeadLetters {
     }
 }
 
+/// Most outcomes written by one statement.
+const OUTCOME_BATCH: usize = 1_000;
+/// How long the write-back waits for more outcomes before writing what it has, when it has
+/// fewer than [`OUTCOME_GATHER_ENOUGH`].
+const OUTCOME_GATHER: Duration = Duration::from_millis(10);
+const OUTCOME_GATHER_ENOUGH: usize = 64;
+
 /// Writes outcomes in batches (dead letters first), then stores the offsets of their
 /// messages.
 async fn write_back(
@@ -352,8 +368,22 @@ async fn write_back(
     metrics: Metrics,
     mut finished_rx: mpsc::UnboundedReceiver<Finished>,
 ) {
-    let mut batch = Vec::with_capacity(1_000);
-    while finished_rx.recv_many(&mut batch, 1_000).await > 0 {
+    let mut batch = Vec::with_capacity(OUTCOME_BATCH);
+    while finished_rx.recv_many(&mut batch, OUTCOME_BATCH).await > 0 {
+        // Calls run at their due times, so at low rates their outcomes come one by one:
+        // gathering a few milliseconds' worth makes one statement and one commit of many
+        // (measured at 1,000 fires/s: 26,444 statements for 30,000 outcomes without it).
+        // Under load the outcomes that came during the last write are a batch already, and
+        // waiting for more only holds their slots longer (measured at 12,000 offered: the
+        // executor fell behind, 7,000 fires/s achieved against 11,000).
+        let gathered_by = tokio::time::Instant::now() + OUTCOME_GATHER;
+        while batch.len() < OUTCOME_GATHER_ENOUGH {
+            let room = OUTCOME_BATCH - batch.len();
+            match tokio::time::timeout_at(gathered_by, finished_rx.recv_many(&mut batch, room)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
         let outcomes: Vec<Outcome> = batch.iter().map(|f| f.outcome.clone()).collect();
         let letters: Vec<&DeadLetter> = batch.iter().filter_map(|f| f.dead_letter.as_ref()).collect();
         let mut delay = Duration::from_millis(100);

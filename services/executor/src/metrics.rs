@@ -28,8 +28,11 @@ impl Metrics {
         )
         .expect("valid metric");
         let fire_lag = Histogram::with_opts(
-            HistogramOpts::new("punctual_fire_lag_seconds", "Executor start time minus scheduled time")
-                .buckets(punctual_shared::ops::lag_buckets()),
+            HistogramOpts::new(
+                "punctual_fire_lag_seconds",
+                "Time a first attempt's action began minus its scheduled time",
+            )
+            .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
         let callback_duration = Histogram::with_opts(

@@ -34,6 +34,13 @@ pub struct ScannerConfig {
     /// until they fire.
     #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 10_000)]
     pub lookahead_ms: u64,
+    /// Tasks are published this long before they are due, so that the message's way to an
+    /// executor, and the executor's start, are over when the task is due; the executor holds
+    /// it until then. The lag this hides is the producer's linger, the broker, the consumer's
+    /// fetch and the start statement (tens of milliseconds). A timer paused or changed within
+    /// this long before an occurrence may still fire it.
+    #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 50)]
+    pub publish_lead_ms: u64,
     /// A claim expires this long after it was taken, unless its task has started; the task
     /// is then claimed and published again (its scanner died or froze, or its message was lost).
     #[arg(long, env = "PUNCTUAL_LEASE_MS", default_value_t = 30_000)]
@@ -68,9 +75,43 @@ impl ScannerConfig {
                 self.lease_ms, self.lookahead_ms
             ));
         }
+        if self.publish_lead_ms * 2 > self.lookahead_ms {
+            return Err(format!(
+                "PUNCTUAL_PUBLISH_LEAD_MS ({}) must be at most half of PUNCTUAL_LOOKAHEAD_MS ({})",
+                self.publish_lead_ms, self.lookahead_ms
+            ));
+        }
         if self.claim_batch < 1 || self.scan_interval_ms == 0 {
             return Err("PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ScannerConfig, clap::Error> {
+        ScannerConfig::try_parse_from(std::iter::once("punctual-scanner").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_defaults_pass_and_a_lead_beyond_half_the_lookahead_is_refused() {
+        assert_eq!(parse(&[]).unwrap().check(), Ok(()));
+        let error = parse(&["--publish-lead-ms", "6000"]).unwrap().check().unwrap_err();
+        assert!(error.contains("PUNCTUAL_PUBLISH_LEAD_MS"), "{error}");
+        let error = parse(&["--lease-ms", "10500"]).unwrap().check().unwrap_err();
+        assert!(error.contains("PUNCTUAL_LEASE_MS"), "{error}");
+    }
+
+    #[test]
+    fn kafka_options_must_be_key_value_pairs() {
+        let options = parse(&["--kafka-options", "linger.ms=2;acks=all"]).unwrap().kafka.kafka_options;
+        assert_eq!(options.0.len(), 2);
+        let error = parse(&["--kafka-options", "linger.ms"]).unwrap_err().to_string();
+        assert!(error.contains("key=value") && error.contains("linger.ms"), "{error}");
     }
 }

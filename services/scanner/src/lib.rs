@@ -104,6 +104,7 @@ impl App {
                 topic_missing,
                 topic: self.config.kafka.tasks_topic.clone(),
                 partitions: self.partitions,
+                lead: chrono::Duration::milliseconds(self.config.publish_lead_ms as i64),
                 metrics: self.metrics.clone(),
             },
             claimed_rx,

@@ -45,8 +45,11 @@ impl Metrics {
             IntGauge::new("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel").expect("valid metric");
         registry.register(Box::new(held.clone())).expect("unique metric");
         let publish_lag = Histogram::with_opts(
-            HistogramOpts::new("punctual_publish_lag_seconds", "Publish time minus due time")
-                .buckets(punctual_shared::ops::lag_buckets()),
+            HistogramOpts::new(
+                "punctual_publish_lag_seconds",
+                "Publish time minus the time to publish (the due time less the publish lead)",
+            )
+            .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
         registry.register(Box::new(publish_lag.clone())).expect("unique metric");

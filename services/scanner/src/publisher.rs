@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
-use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
+use punctual_shared::kafka::{self, Generation, OperatorOptions, ReplaceableProducer};
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -34,6 +34,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
         // a durable broker, and in one run of four the broker then reset the connections
         // of every client until the test gave up.
         .set("message.timeout.ms", "30000")
+        .with_operator_options(cfg)
         .create()
 }
 
@@ -45,6 +46,8 @@ pub struct Publisher {
     pub topic_missing: Arc<AtomicBool>,
     pub topic: String,
     pub partitions: i32,
+    /// How long before its due time a task is published (`PUNCTUAL_PUBLISH_LEAD_MS`).
+    pub lead: chrono::Duration,
     pub metrics: Metrics,
 }
 
@@ -74,7 +77,7 @@ impl Publisher {
             let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
             match producer.send_result(record) {
                 Ok(delivery) => {
-                    let lag = (now - t.due_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    let lag = (now - (t.due_at - self.lead)).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     self.metrics.publish_lag.observe(lag.max(0.0));
                     pending.push((t.id, delivery));
                 }
@@ -90,7 +93,8 @@ impl Publisher {
     }
 }
 
-/// Holds claimed tasks in the timing wheel and publishes each when its time comes.
+/// Holds claimed tasks in the timing wheel and publishes each when its time comes: the
+/// publisher's lead before it is due.
 pub async fn drive_wheel(
     publisher: Publisher,
     mut claimed_rx: mpsc::Receiver<Vec<ClaimedTask>>,
@@ -109,7 +113,7 @@ pub async fn drive_wheel(
             batch = claimed_rx.recv() => {
                 let Some(batch) = batch else { break };
                 for t in batch {
-                    let deadline = t.due_at.timestamp_millis().max(0) as u64;
+                    let deadline = (t.due_at - publisher.lead).timestamp_millis().max(0) as u64;
                     if let Err(t) = wheel.insert(deadline, t) {
                         due.push(t);
                     }
