@@ -63,6 +63,7 @@ pub struct Sink {
     pub addr: SocketAddr,
     shared: Shared,
     token: CancellationToken,
+    server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Sink {
@@ -77,10 +78,21 @@ impl Sink {
         let addr = listener.local_addr().expect("sink address");
         let token = CancellationToken::new();
         let stop = token.clone();
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
-        Sink { addr, shared, token }
+        Sink { addr, shared, token, server: Some(server) }
+    }
+
+    /// Stops the sink and returns every call it received. Waits until the server has
+    /// stopped: a graceful shutdown still answers the requests that arrive on open
+    /// connections meanwhile, so calls taken before it ends could miss some.
+    pub async fn stop(mut self) -> Vec<Call> {
+        self.token.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        self.calls()
     }
 
     /// A URL on this sink.

@@ -304,8 +304,7 @@ async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
     let stack = Stack::start(&fast_recovery()).await;
     let load = Load::start(&stack, &sink).await;
     until(&load, 4).await;
-    let before = sink.calls();
-    drop(sink); // connection refused from now on
+    let before = sink.stop().await; // connection refused from now on
     until(&load, 7).await;
     let sink = Sink::start_on(addr).await;
     // The calls made before the outage went to the first sink: count them too.
