@@ -90,12 +90,16 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
     };
     punctual_shared::kafka::ensure_topic(&cfg, &topic, partitions).await?;
     let producer = punctual_scanner::publisher::producer(&cfg)?;
-    let consumer: StreamConsumer = punctual_shared::kafka::client_config(&cfg)
-        .set("group.id", format!("bench-{}", uuid::Uuid::new_v4().simple()))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .create()?;
+    let consumer: StreamConsumer = punctual_shared::kafka::client_config(
+        &cfg,
+        &[
+            ("group.id", &format!("bench-{}", uuid::Uuid::new_v4().simple())),
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "false"),
+            ("fetch.wait.max.ms", "10"),
+        ],
+    )
+    .create()?;
     consumer.subscribe(&[&topic])?;
     let message = punctual_shared::task::TaskMessage {
         task_id: 123_456_789,

@@ -13,7 +13,11 @@ use rdkafka::ClientConfig;
 
 use crate::config::KafkaConfig;
 
-pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+/// A client's configuration: Punctual's common settings, then the client's own `settings`,
+/// then the operator's librdkafka properties (`PUNCTUAL_KAFKA_OPTIONS`), last so that they
+/// win over Punctual's. Every client is made from it, so none can miss the operator's
+/// properties (credentials, TLS).
+pub fn client_config(cfg: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.kafka_brokers);
     // Notice a topic re-created (after a broker lost it) within seconds, not minutes.
@@ -21,22 +25,13 @@ pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
     // Due work is small messages that must not wait: without this, Nagle's algorithm holds
     // a small request back until the previous one is acknowledged.
     c.set("socket.nagle.disable", "true");
-    c
-}
-
-/// The operator's own librdkafka properties (`PUNCTUAL_KAFKA_OPTIONS`), set last on a
-/// client's configuration so that they win over Punctual's.
-pub trait OperatorOptions {
-    fn with_operator_options(&mut self, cfg: &KafkaConfig) -> &mut Self;
-}
-
-impl OperatorOptions for ClientConfig {
-    fn with_operator_options(&mut self, cfg: &KafkaConfig) -> &mut Self {
-        for (key, value) in &cfg.kafka_options.0 {
-            self.set(key, value);
-        }
-        self
+    for (key, value) in settings {
+        c.set(*key, *value);
     }
+    for (key, value) in &cfg.kafka_options.0 {
+        c.set(key, value);
+    }
+    c
 }
 
 /// Whether a failed send means the idempotent producer itself cannot go on, so that a new
@@ -140,7 +135,7 @@ pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Re
 /// purpose: one kept for the life of the caller would hold the metadata of the topic it
 /// is about to create again, which librdkafka mishandles (docs/semantics.md).
 pub async fn create_topic_if_missing(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<bool, TopicError> {
-    let admin: AdminClient<DefaultClientContext> = client_config(cfg).with_operator_options(cfg).create()?;
+    let admin: AdminClient<DefaultClientContext> = client_config(cfg, &[]).create()?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.topic_replication));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let mut created = false;
@@ -160,7 +155,7 @@ pub async fn partition_count(cfg: &KafkaConfig, topic: &str) -> Result<i32, Topi
     let topic = topic.to_owned();
     // Metadata requests block: keep them off the async workers.
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client_config(&cfg).with_operator_options(&cfg).create()?;
+        let consumer: BaseConsumer = client_config(&cfg, &[]).create()?;
         for _ in 0..50 {
             let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
             let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
@@ -194,7 +189,7 @@ mod tests {
         let counter = made.clone();
         let producer = ReplaceableProducer::new(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            client_config(&cfg).create()
+            client_config(&cfg, &[]).create()
         })
         .unwrap();
         let failed = |code| KafkaError::MessageProduction(code);
@@ -206,6 +201,22 @@ mod tests {
         producer.on_error(1, &failed(RDKafkaErrorCode::MessageTimedOut));
         assert_eq!(producer.get().0, 2);
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_operators_options_come_last_and_win() {
+        let cfg = KafkaConfig {
+            kafka_brokers: "127.0.0.1:1".into(),
+            tasks_topic: "unused".into(),
+            tasks_partitions: 1,
+            topic_replication: 1,
+            kafka_options: "linger.ms=20;security.protocol=SSL".parse().unwrap(),
+        };
+        let c = client_config(&cfg, &[("linger.ms", "5"), ("acks", "all")]);
+        assert_eq!(c.get("linger.ms"), Some("20"));
+        assert_eq!(c.get("security.protocol"), Some("SSL"));
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("bootstrap.servers"), Some("127.0.0.1:1"));
     }
 
     #[test]

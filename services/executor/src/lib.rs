@@ -21,7 +21,6 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
-use punctual_shared::kafka::OperatorOptions;
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::client::ClientContext;
@@ -59,15 +58,18 @@ pub struct App {
 pub type Producer = kafka::ReplaceableProducer;
 
 fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
-    kafka::client_config(kafka)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        // Bounds a delivery (librdkafka's default is 5 minutes): a Kafka action or dead
-        // letter not acknowledged by then fails, and is retried by a new producer if this
-        // one is stuck.
-        .set("message.timeout.ms", "30000")
-        .with_operator_options(kafka)
-        .create()
+    kafka::client_config(
+        kafka,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            // Bounds a delivery (librdkafka's default is 5 minutes): a Kafka action or dead
+            // letter not acknowledged by then fails, and is retried by a new producer if this
+            // one is stuck.
+            ("message.timeout.ms", "30000"),
+        ],
+    )
+    .create()
 }
 
 /// Logs partition assignments, so a group that does not settle can be seen.
@@ -119,23 +121,26 @@ impl App {
             .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
         let kafka_config = config.kafka.clone();
         let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
-        let consumer: TaskConsumer = kafka::client_config(&config.kafka)
-            .set("group.id", &config.group)
-            .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "1000")
-            // Offsets are stored by us, only for work whose outcome is written.
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", config.kafka_session_timeout_ms.to_string())
-            .set("heartbeat.interval.ms", (config.kafka_session_timeout_ms / 3).max(100).to_string())
-            // How long the broker may hold a fetch when there is nothing new: part of every
-            // fire's lag when the broker answers only at the deadline (measured: 5 ms
-            // brought the lag's median at 1,000 fires/s from 19 ms to 14 ms; 2 ms cost
-            // more in fetch load than it gained).
-            .set("fetch.wait.max.ms", "5")
-            .with_operator_options(&config.kafka)
-            .create_with_context(ExecutorContext)
-            .context("creating the Kafka consumer")?;
+        let consumer: TaskConsumer = kafka::client_config(
+            &config.kafka,
+            &[
+                ("group.id", &config.group),
+                ("enable.auto.commit", "true"),
+                ("auto.commit.interval.ms", "1000"),
+                // Offsets are stored by us, only for work whose outcome is written.
+                ("enable.auto.offset.store", "false"),
+                ("auto.offset.reset", "earliest"),
+                ("session.timeout.ms", &config.kafka_session_timeout_ms.to_string()),
+                ("heartbeat.interval.ms", &(config.kafka_session_timeout_ms / 3).max(100).to_string()),
+                // How long the broker may hold a fetch when there is nothing new: part of every
+                // fire's lag when the broker answers only at the deadline (measured: 5 ms
+                // brought the lag's median at 1,000 fires/s from 19 ms to 14 ms; 2 ms cost
+                // more in fetch load than it gained).
+                ("fetch.wait.max.ms", "5"),
+            ],
+        )
+        .create_with_context(ExecutorContext)
+        .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
         let http = callback::client(config.max_in_flight).context("creating the HTTP client")?;
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;

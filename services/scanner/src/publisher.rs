@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
-use punctual_shared::kafka::{self, Generation, OperatorOptions, ReplaceableProducer};
+use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -22,20 +22,23 @@ use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
 pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
-    kafka::client_config(cfg)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        // Batches a few milliseconds of due tasks per request: with 1 ms, librdkafka's
-        // threads woke so often that polling was half the scanner's CPU at 10,000/s.
-        .set("linger.ms", "5")
-        .set("queue.buffering.max.messages", "2000000")
-        // Long enough to ride out a broker restart. Tied to the lease (4 s in the fault
-        // tests) instead, the producer timed out and was replaced during a 2 s restart of
-        // a durable broker, and in one run of four the broker then reset the connections
-        // of every client until the test gave up.
-        .set("message.timeout.ms", "30000")
-        .with_operator_options(cfg)
-        .create()
+    kafka::client_config(
+        cfg,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            // Batches a few milliseconds of due tasks per request: with 1 ms, librdkafka's
+            // threads woke so often that polling was half the scanner's CPU at 10,000/s.
+            ("linger.ms", "5"),
+            ("queue.buffering.max.messages", "2000000"),
+            // Long enough to ride out a broker restart. Tied to the lease (4 s in the fault
+            // tests) instead, the producer timed out and was replaced during a 2 s restart of
+            // a durable broker, and in one run of four the broker then reset the connections
+            // of every client until the test gave up.
+            ("message.timeout.ms", "30000"),
+        ],
+    )
+    .create()
 }
 
 pub struct Publisher {
@@ -52,6 +55,11 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// When a task is to be published: its lead before it is due.
+    fn publish_at(&self, t: &ClaimedTask) -> chrono::DateTime<Utc> {
+        t.due_at - self.lead
+    }
+
     /// Where the failures of sends by the producer of `generation` are noted.
     fn failure_note(&self, generation: Generation) -> FailureNote {
         FailureNote { topic_missing: self.topic_missing.clone(), producer: self.producer.clone(), generation }
@@ -77,7 +85,7 @@ impl Publisher {
             let record = FutureRecord::to(&self.topic).partition(partition).key(&key).payload(&payload);
             match producer.send_result(record) {
                 Ok(delivery) => {
-                    let lag = (now - (t.due_at - self.lead)).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    let lag = (now - self.publish_at(&t)).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     self.metrics.publish_lag.observe(lag.max(0.0));
                     pending.push((t.id, delivery));
                 }
@@ -113,7 +121,7 @@ pub async fn drive_wheel(
             batch = claimed_rx.recv() => {
                 let Some(batch) = batch else { break };
                 for t in batch {
-                    let deadline = (t.due_at - publisher.lead).timestamp_millis().max(0) as u64;
+                    let deadline = publisher.publish_at(&t).timestamp_millis().max(0) as u64;
                     if let Err(t) = wheel.insert(deadline, t) {
                         due.push(t);
                     }
