@@ -35,6 +35,22 @@ impl LagStats {
     }
 }
 
+/// The largest lag among the occurrences scheduled in each `slice_s` seconds from `from_us`
+/// (µs since the epoch), in ms: shows whether a tail is the start of a run, a steady
+/// backlog, or stalls.
+pub fn max_lag_by_slice(deliveries: &[Delivery], from_us: i64, slice_s: u32) -> Vec<f64> {
+    let slice_us = i64::from(slice_s) * 1_000_000;
+    let mut slices: Vec<f64> = Vec::new();
+    for d in deliveries {
+        let Ok(i) = usize::try_from((d.scheduled_us - from_us).div_euclid(slice_us)) else { continue };
+        if slices.len() <= i {
+            slices.resize(i + 1, 0.0);
+        }
+        slices[i] = slices[i].max((d.first_received_us - d.scheduled_us) as f64 / 1_000.0);
+    }
+    slices
+}
+
 /// Resident memory of a process, from /proc: (current, peak) in bytes.
 pub fn rss(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -152,6 +168,17 @@ pub async fn top_statements(pool: &PgPool, n: i64) -> Vec<StatementTime> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_largest_lag_of_each_slice_of_the_schedule() {
+        let d = |scheduled_s: i64, lag_ms: i64| Delivery {
+            scheduled_us: scheduled_s * 1_000_000,
+            first_received_us: scheduled_s * 1_000_000 + lag_ms * 1_000,
+            calls: 1,
+        };
+        let deliveries = [d(0, 5), d(4, 30), d(5, 7), d(12, 900), d(-1, 1)];
+        assert_eq!(max_lag_by_slice(&deliveries, 0, 5), vec![30.0, 7.0, 900.0]);
+    }
+
     use super::*;
 
     fn delivery(lag_us: i64) -> Delivery {

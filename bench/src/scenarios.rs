@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::env::{current_mb, settle_stats, CpuPerFire, Env, Memory};
-use crate::measure::{reset_statements, top_statements, LagStats, RowWrites, StatementTime};
+use crate::measure::{max_lag_by_slice, reset_statements, top_statements, LagStats, RowWrites, StatementTime};
 use crate::sink::LagSink;
 
 /// Interval timers created through the API; the rest of a load comes through SQL.
@@ -31,6 +31,8 @@ pub struct LoadResult {
     /// Delivered occurrences per second, from the first occurrence time to the last delivery.
     pub achieved_per_s: f64,
     pub lag: LagStats,
+    /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
+    pub max_lag_by_5s_ms: Vec<f64>,
     pub memory: Memory,
     /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered fire.
     pub row_writes_per_fire: f64,
@@ -155,6 +157,7 @@ pub async fn steady_load(
         duplicated,
         achieved_per_s: delivered as f64 / span_s,
         lag: LagStats::of(&deliveries),
+        max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
         memory,
         row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
         writes,
@@ -186,6 +189,7 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
         result.mean_start_lag_ms,
         result.row_writes_per_fire
     );
+    println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
     let c = &result.cpu_per_fire;
     println!(
         "  CPU per fire: scanner {:.0} µs, executor {:.0} µs, broker {:.0} µs, postgres {:.0} µs, sink {:.0} µs: {:.0} µs",
@@ -216,6 +220,8 @@ pub struct BurstResult {
     /// From the first occurrence time to the last delivery.
     pub drain_s: f64,
     pub lag: LagStats,
+    /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
+    pub max_lag_by_5s_ms: Vec<f64>,
     pub memory: Memory,
     /// Most tasks the scanner held at once, and its resident memory then, less its
     /// memory before the burst, per held task.
@@ -292,6 +298,7 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         duplicated: deliveries.iter().map(|d| u64::from(d.calls - 1)).sum(),
         drain_s: (last_us - t0.timestamp_micros()) as f64 / 1e6,
         lag: LagStats::of(&deliveries),
+        max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
         memory: Memory::peaks(&stack),
         peak_held,
         scanner_bytes_per_held_task: if peak_held > 0 {
@@ -312,7 +319,14 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         result.memory.scanner_peak_mb,
         result.memory.executor_peak_mb
     );
+    println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
     Ok(result)
+}
+
+/// `[12, 8, 1500]` ms → "12 ms, 8 ms, 1.5 s".
+fn by_slice(ms: &[f64]) -> String {
+    let one = |v: &f64| if *v < 1_000.0 { format!("{v:.0} ms") } else { format!("{:.1} s", v / 1_000.0) };
+    ms.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 /// Stored scale: the same small load on an empty table and beside `stored` future tasks.

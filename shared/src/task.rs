@@ -79,6 +79,7 @@ pub struct PlanClaim<'a> {
     pub owner: &'a str,
     /// Occurrences due before this are written claimed.
     pub due_before: DateTime<Utc>,
+    /// Past each occurrence's due time, as in [`claim`].
     pub lease: Duration,
 }
 
@@ -137,7 +138,7 @@ pub async fn plan(
                 CASE WHEN s < $5 THEN 'claimed' ELSE 'pending' END,
                 CASE WHEN s < $5 THEN $6 END,
                 CASE WHEN s < $5 THEN now() END,
-                CASE WHEN s < $5 THEN now() + $7::interval END
+                CASE WHEN s < $5 THEN GREATEST(s, now()) + $7::interval END
            FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[]) AS u(t, s, v, b)
          ON CONFLICT (timer_id, scheduled_at) DO UPDATE
             SET timer_version = EXCLUDED.timer_version, {}, error = NULL, finished_at = NULL
@@ -196,6 +197,12 @@ pub struct ClaimedTask {
 /// starting (their scanner died or froze, or their message never reached an executor).
 /// Each row is locked with SKIP LOCKED, so concurrent claimers never block on or share a
 /// task.
+///
+/// A lease runs `lease` past the task's due time (or past now, for a task already due),
+/// not past the claim: how far ahead a task was claimed then does not shorten the time an
+/// executor that is behind has to start it without a mark ([`start`]). Anchored at the
+/// claim, a task planned 10 s ahead had 8 s of backlog before its start needed a write of
+/// its own, and under overload those writes deepened the backlog that caused them.
 pub async fn claim(
     db: &PgPool,
     owner: &str,
@@ -219,7 +226,7 @@ pub async fn claim(
          )
          UPDATE tasks t
             SET status = 'claimed', claim_owner = $1, claimed_at = now(),
-                lease_until = now() + $2::interval
+                lease_until = GREATEST(t.due_at, now()) + $2::interval
            FROM (SELECT id, false AS reclaimed FROM due UNION ALL SELECT id, true FROM expired) c
           WHERE t.id = c.id
          RETURNING t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.attempt, t.lease_until, c.reclaimed",

@@ -114,6 +114,31 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
 }
 
 #[tokio::test]
+async fn a_lease_runs_from_the_due_time_however_early_the_task_was_claimed() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    let lease = Duration::from_secs(30);
+    let now: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&db.pool).await.unwrap();
+    let at = |s: i64| now + chrono::Duration::seconds(s);
+    // Planned claimed 8 s ahead; claimed pending 4 s ahead; claimed 60 s overdue.
+    let claim = task::PlanClaim { owner: "scanner-1", due_before: at(10), lease };
+    let planned = PlannedTask { timer_id: t, scheduled_at: at(8), timer_version: 1 };
+    let written = task::plan(&db.pool, &[planned], Some(&claim)).await.unwrap();
+    let pending = [at(4), at(-60)].map(|s| PlannedTask { timer_id: t, scheduled_at: s, timer_version: 1 });
+    task::plan(&db.pool, &pending, None).await.unwrap();
+    let claimed = task::claim(&db.pool, "scanner-1", Duration::from_secs(5), lease, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+
+    let lease = chrono::Duration::seconds(30);
+    assert_eq!(written.claimed[0].lease_until, at(8) + lease, "planned ahead: 30 s past its due time");
+    let ahead = claimed.iter().find(|c| c.due_at == at(4)).unwrap();
+    assert_eq!(ahead.lease_until, ahead.due_at + lease, "claimed ahead: 30 s past its due time");
+    // An overdue task has its lease from the claim: it may be started the moment it arrives.
+    let overdue = claimed.iter().find(|c| c.due_at == at(-60)).unwrap();
+    assert!(overdue.lease_until >= Utc::now() + chrono::Duration::seconds(29), "overdue: 30 s from now");
+}
+
+#[tokio::test]
 async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
     let t = timer(&db).await;

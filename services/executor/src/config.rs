@@ -27,9 +27,15 @@ pub struct ExecutorConfig {
     /// partitions to the others.
     #[arg(long, env = "PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
     pub kafka_session_timeout_ms: u64,
-    /// Most tasks running at once in this executor (a slow callback holds one slot, not a partition).
-    #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 2_000)]
+    /// Most tasks running at once in this executor (a slow callback holds one slot, not a
+    /// partition), counting those received ahead of their due time and held until then:
+    /// about rate × `PUNCTUAL_PUBLISH_LEAD_MS` (4,000 at 20,000 fires/s with the default 200 ms).
+    #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 5_000)]
     pub max_in_flight: usize,
+    /// Most HTTP calls at once to one target (scheme, host and port), and so most
+    /// connections to it; further calls to it wait their turn (still counted in flight).
+    #[arg(long, env = "PUNCTUAL_MAX_CALLS_PER_TARGET", default_value_t = 512)]
+    pub max_calls_per_target: usize,
     /// On shutdown, how long running callbacks may take to finish before they are abandoned
     /// (their messages are then delivered again).
     #[arg(long, env = "PUNCTUAL_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]

@@ -48,7 +48,7 @@ pub struct App {
     producer: Producer,
     pool: PgPool,
     consumer: Arc<TaskConsumer>,
-    http: reqwest::Client,
+    caller: Arc<callback::Caller>,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
@@ -132,17 +132,21 @@ impl App {
                 ("auto.offset.reset", "earliest"),
                 ("session.timeout.ms", &config.kafka_session_timeout_ms.to_string()),
                 ("heartbeat.interval.ms", &(config.kafka_session_timeout_ms / 3).max(100).to_string()),
-                // How long the broker may hold a fetch when there is nothing new: part of every
-                // fire's lag when the broker answers only at the deadline (measured: 5 ms
-                // brought the lag's median at 1,000 fires/s from 19 ms to 14 ms; 2 ms cost
-                // more in fetch load than it gained).
-                ("fetch.wait.max.ms", "5"),
+                // How long the broker may hold a fetch when there is nothing new. The scanner
+                // sends a partition's tasks every 50 ms (its linger), ahead of their due time
+                // (the publish lead), so a longer wait costs no lag, and fewer empty fetches
+                // cost the broker less (docs/BENCHMARKS.md, item 11).
+                ("fetch.wait.max.ms", "50"),
             ],
         )
         .create_with_context(ExecutorContext)
         .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
-        let http = callback::client(config.max_in_flight).context("creating the HTTP client")?;
+        let metrics = Metrics::new();
+        let caller = Arc::new(
+            callback::Caller::new(config.max_calls_per_target, metrics.callbacks_waiting.clone())
+                .context("creating the HTTP client")?,
+        );
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
         Ok(Self {
@@ -151,8 +155,8 @@ impl App {
             producer,
             pool,
             consumer: Arc::new(consumer),
-            http,
-            metrics: Metrics::new(),
+            caller,
+            metrics,
             listener: Some(listener),
             addr,
         })
@@ -279,7 +283,7 @@ async fn consume(
             };
             app.metrics.in_flight.inc();
             let due_at = message.due_at;
-            let http = app.http.clone();
+            let caller = app.caller.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
             let producer = app.producer.clone();
@@ -296,7 +300,7 @@ async fn consume(
                 }
                 let attempt = match started_task.action_kind.as_str() {
                     "kafka" => kafka_action::publish(&producer, &started_task).await,
-                    _ => callback::call(&http, &started_task).await,
+                    _ => callback::call(&caller, &started_task).await,
                 };
                 metrics.callback_duration.observe(attempt.duration.as_secs_f64());
                 let jitter = rand::random::<f64>() * 2.0 - 1.0;

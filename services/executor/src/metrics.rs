@@ -13,6 +13,7 @@ pub struct Metrics {
     pub fire_lag: Histogram,
     pub callback_duration: Histogram,
     pub in_flight: IntGauge,
+    pub callbacks_waiting: IntGauge,
     pub db_errors: IntCounter,
 }
 
@@ -41,6 +42,11 @@ impl Metrics {
         )
         .expect("valid metric");
         let in_flight = IntGauge::new("punctual_tasks_in_flight", "Tasks being run").expect("valid metric");
+        let callbacks_waiting = IntGauge::new(
+            "punctual_callbacks_waiting",
+            "Callbacks waiting for a turn at a target that has PUNCTUAL_MAX_CALLS_PER_TARGET calls in flight",
+        )
+        .expect("valid metric");
         let db_errors = IntCounter::new("punctual_executor_db_errors_total", "Failed status reads or writes (retried)")
             .expect("valid metric");
         for m in [
@@ -49,11 +55,12 @@ impl Metrics {
             Box::new(fire_lag.clone()),
             Box::new(callback_duration.clone()),
             Box::new(in_flight.clone()),
+            Box::new(callbacks_waiting.clone()),
             Box::new(db_errors.clone()),
         ] {
             registry.register(m).expect("unique metric");
         }
-        Self { registry, executed, skipped, fire_lag, callback_duration, in_flight, db_errors }
+        Self { registry, executed, skipped, fire_lag, callback_duration, in_flight, callbacks_waiting, db_errors }
     }
 }
 

@@ -36,13 +36,18 @@ pub struct ScannerConfig {
     pub lookahead_ms: u64,
     /// Tasks are published this long before they are due, so that the message's way to an
     /// executor, and the executor's start, are over when the task is due; the executor holds
-    /// it until then. The lag this hides is the producer's linger, the broker, the consumer's
-    /// fetch and the start statement (tens of milliseconds). A timer paused or changed within
-    /// this long before an occurrence may still fire it.
-    #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 50)]
+    /// it until then. The lag this hides is the producer's linger (50 ms), the broker, the
+    /// consumer's fetch (which may wait 50 ms for data) and the start statement (tens of
+    /// milliseconds, more under load). A timer paused or changed within this long before an
+    /// occurrence may still fire it.
+    #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 200)]
     pub publish_lead_ms: u64,
-    /// A claim expires this long after it was taken, unless its task has started; the task
-    /// is then claimed and published again (its scanner died or froze, or its message was lost).
+    /// A claim expires this long after its task is due (after the claim, for a task claimed
+    /// when already due), unless its task has started; the task is then claimed and published
+    /// again (its scanner died or froze, or its message was lost). An executor starts a
+    /// callback without a write while the claim outlives the callback's timeout by 2 s, so
+    /// with the defaults a task may wait 18 s past its due time (an executor far behind)
+    /// before its start costs a write.
     #[arg(long, env = "PUNCTUAL_LEASE_MS", default_value_t = 30_000)]
     pub lease_ms: u64,
     /// Most tasks claimed by one statement.

@@ -27,9 +27,12 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
         &[
             ("enable.idempotence", "true"),
             ("acks", "all"),
-            // Batches a few milliseconds of due tasks per request: with 1 ms, librdkafka's
-            // threads woke so often that polling was half the scanner's CPU at 10,000/s.
-            ("linger.ms", "5"),
+            // Batches 50 ms of due tasks per partition and request, a time the publish lead
+            // hides. Per request, the producer's broker thread spins through the last
+            // millisecond before each batch is due (it rounds the wait down), and the broker
+            // and the consumers pay per request: 5 ms cost twice the CPU per fire in the
+            // scanner and six times in the broker (docs/BENCHMARKS.md, item 11).
+            ("linger.ms", "50"),
             ("queue.buffering.max.messages", "2000000"),
             // Long enough to ride out a broker restart. Tied to the lease (4 s in the fault
             // tests) instead, the producer timed out and was replaced during a 2 s restart of

@@ -257,9 +257,10 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     ids.dedup();
     assert_eq!(ids.len(), 200, "no task claimed by both");
 
-    // Nothing left to claim until the leases expire; then another owner takes them.
+    // Nothing left to claim until the leases expire (300 ms past each task's due time, the
+    // last due 200 ms from the start); then another owner takes them.
     assert!(task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let c = task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap();
     assert_eq!(c.len(), 200);
     assert!(c.iter().all(|t| t.reclaimed), "claimed again after the leases expired");
