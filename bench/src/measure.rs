@@ -51,6 +51,17 @@ pub fn max_lag_by_slice(deliveries: &[Delivery], from_us: i64, slice_s: u32) -> 
     slices
 }
 
+/// The largest lag of each partition's occurrences, in ms: shows whether a backlog is
+/// shared by all partitions or some are served later than others.
+pub fn max_lag_by_partition(deliveries: &[Delivery], partitions: i16) -> Vec<f64> {
+    let mut max = vec![0.0f64; partitions.max(1) as usize];
+    for d in deliveries.iter().filter(|d| d.bucket >= 0) {
+        let p = (d.bucket % partitions.max(1)) as usize;
+        max[p] = max[p].max((d.first_received_us - d.scheduled_us) as f64 / 1_000.0);
+    }
+    max
+}
+
 /// Resident memory of a process, from /proc: (current, peak) in bytes.
 pub fn rss(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -174,15 +185,28 @@ mod tests {
             scheduled_us: scheduled_s * 1_000_000,
             first_received_us: scheduled_s * 1_000_000 + lag_ms * 1_000,
             calls: 1,
+            bucket: 0,
         };
         let deliveries = [d(0, 5), d(4, 30), d(5, 7), d(12, 900), d(-1, 1)];
         assert_eq!(max_lag_by_slice(&deliveries, 0, 5), vec![30.0, 7.0, 900.0]);
     }
 
+    #[test]
+    fn the_largest_lag_of_each_partition() {
+        let d = |bucket: i16, lag_ms: i64| Delivery {
+            scheduled_us: 0,
+            first_received_us: lag_ms * 1_000,
+            calls: 1,
+            bucket,
+        };
+        let deliveries = [d(0, 5), d(4, 30), d(1, 7), d(5, 2), d(-1, 999)];
+        assert_eq!(max_lag_by_partition(&deliveries, 4), vec![30.0, 7.0, 0.0, 0.0]);
+    }
+
     use super::*;
 
     fn delivery(lag_us: i64) -> Delivery {
-        Delivery { scheduled_us: 1_000_000, first_received_us: 1_000_000 + lag_us, calls: 1 }
+        Delivery { scheduled_us: 1_000_000, first_received_us: 1_000_000 + lag_us, calls: 1, bucket: 0 }
     }
 
     #[test]

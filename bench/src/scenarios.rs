@@ -10,7 +10,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::env::{current_mb, settle_stats, CpuPerFire, Env, Memory};
-use crate::measure::{max_lag_by_slice, reset_statements, top_statements, LagStats, RowWrites, StatementTime};
+use crate::measure::{
+    max_lag_by_partition, max_lag_by_slice, reset_statements, top_statements, LagStats, RowWrites, StatementTime,
+};
 use crate::sink::LagSink;
 
 /// Interval timers created through the API; the rest of a load comes through SQL.
@@ -18,6 +20,8 @@ const API_TIMERS: u32 = 20;
 /// A load ends when nothing more arrived for this long (seconds) after its last occurrence
 /// was due; what has not arrived by then counts as lost.
 const STALL_S: i64 = 20;
+/// Partitions of the tasks topic: the services' default, which the harness keeps.
+const PARTITIONS: i16 = 8;
 
 /// What a steady load delivered.
 #[derive(Debug, Clone, Serialize)]
@@ -33,6 +37,8 @@ pub struct LoadResult {
     pub lag: LagStats,
     /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
     pub max_lag_by_5s_ms: Vec<f64>,
+    /// The largest lag of each partition's occurrences (default 8 partitions), in ms.
+    pub max_lag_by_partition_ms: Vec<f64>,
     pub memory: Memory,
     /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered fire.
     pub row_writes_per_fire: f64,
@@ -158,6 +164,7 @@ pub async fn steady_load(
         achieved_per_s: delivered as f64 / span_s,
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
+        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, PARTITIONS),
         memory,
         row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
         writes,
@@ -190,6 +197,7 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
         result.row_writes_per_fire
     );
     println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
+    println!("  max lag by partition: {}", by_slice(&result.max_lag_by_partition_ms));
     let c = &result.cpu_per_fire;
     println!(
         "  CPU per fire: scanner {:.0} µs, executor {:.0} µs, broker {:.0} µs, postgres {:.0} µs, sink {:.0} µs: {:.0} µs",
@@ -222,6 +230,8 @@ pub struct BurstResult {
     pub lag: LagStats,
     /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
     pub max_lag_by_5s_ms: Vec<f64>,
+    /// The largest lag of each partition's occurrences (default 8 partitions), in ms.
+    pub max_lag_by_partition_ms: Vec<f64>,
     pub memory: Memory,
     /// Most tasks the scanner held at once, and its resident memory then, less its
     /// memory before the burst, per held task.
@@ -299,6 +309,7 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         drain_s: (last_us - t0.timestamp_micros()) as f64 / 1e6,
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
+        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, PARTITIONS),
         memory: Memory::peaks(&stack),
         peak_held,
         scanner_bytes_per_held_task: if peak_held > 0 {
@@ -320,6 +331,7 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         result.memory.executor_peak_mb
     );
     println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
+    println!("  max lag by partition: {}", by_slice(&result.max_lag_by_partition_ms));
     Ok(result)
 }
 

@@ -21,6 +21,9 @@ pub struct Delivery {
     /// When its first call arrived, in µs since the epoch.
     pub first_received_us: i64,
     pub calls: u32,
+    /// The task's bucket (from the timer id in the key): its partition is the bucket modulo
+    /// the tasks topic's partitions.
+    pub bucket: i16,
 }
 
 type Deliveries = Arc<Mutex<HashMap<Box<str>, Delivery>>>;
@@ -85,11 +88,16 @@ async fn record(State(deliveries): State<Deliveries>, headers: HeaderMap) -> Sta
     let Some(scheduled_us) = scheduled_us(key) else {
         return StatusCode::BAD_REQUEST;
     };
+    let bucket = key
+        .split_once(':')
+        .and_then(|(timer, _)| uuid::Uuid::parse_str(timer).ok())
+        .map_or(-1, punctual_shared::task::bucket_of);
     let mut map = deliveries.lock().expect("sink lock");
     map.entry(key.into()).and_modify(|d| d.calls += 1).or_insert(Delivery {
         scheduled_us,
         first_received_us: now,
         calls: 1,
+        bucket,
     });
     StatusCode::OK
 }
