@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
-use punctual_testkit::stack::metric_value;
+use punctual_testkit::stack::{metric_value, TASKS_PARTITIONS};
 use punctual_testkit::Stack;
 use serde::Serialize;
 use serde_json::json;
@@ -20,8 +20,6 @@ const API_TIMERS: u32 = 20;
 /// A load ends when nothing more arrived for this long (seconds) after its last occurrence
 /// was due; what has not arrived by then counts as lost.
 const STALL_S: i64 = 20;
-/// Partitions of the tasks topic: the services' default, which the harness keeps.
-const PARTITIONS: i16 = 8;
 
 /// What a steady load delivered.
 #[derive(Debug, Clone, Serialize)]
@@ -37,7 +35,7 @@ pub struct LoadResult {
     pub lag: LagStats,
     /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
     pub max_lag_by_5s_ms: Vec<f64>,
-    /// The largest lag of each partition's occurrences (default 8 partitions), in ms.
+    /// The largest lag of each partition's occurrences, in ms.
     pub max_lag_by_partition_ms: Vec<f64>,
     pub memory: Memory,
     /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered fire.
@@ -164,7 +162,7 @@ pub async fn steady_load(
         achieved_per_s: delivered as f64 / span_s,
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
-        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, PARTITIONS),
+        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, TASKS_PARTITIONS as i16),
         memory,
         row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
         writes,
@@ -230,7 +228,7 @@ pub struct BurstResult {
     pub lag: LagStats,
     /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
     pub max_lag_by_5s_ms: Vec<f64>,
-    /// The largest lag of each partition's occurrences (default 8 partitions), in ms.
+    /// The largest lag of each partition's occurrences, in ms.
     pub max_lag_by_partition_ms: Vec<f64>,
     pub memory: Memory,
     /// Most tasks the scanner held at once, and its resident memory then, less its
@@ -309,7 +307,7 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         drain_s: (last_us - t0.timestamp_micros()) as f64 / 1e6,
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
-        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, PARTITIONS),
+        max_lag_by_partition_ms: max_lag_by_partition(&deliveries, TASKS_PARTITIONS as i16),
         memory: Memory::peaks(&stack),
         peak_held,
         scanner_bytes_per_held_task: if peak_held > 0 {

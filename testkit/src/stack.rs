@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use crate::{kafka_brokers, unique_name, ServiceProcess, TestDb};
 
+/// Partitions of the tasks topic of every stack started here.
+pub const TASKS_PARTITIONS: i32 = 4;
+
 pub struct Stack {
     pub db: TestDb,
     pub topic: String,
@@ -37,7 +40,7 @@ impl Stack {
             ("PUNCTUAL_KAFKA_BROKERS", brokers.to_owned()),
             ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
             ("PUNCTUAL_DEAD_TOPIC", dead_topic.clone()),
-            ("PUNCTUAL_TASKS_PARTITIONS", "4".into()),
+            ("PUNCTUAL_TASKS_PARTITIONS", TASKS_PARTITIONS.to_string()),
             ("PUNCTUAL_EXECUTOR_GROUP", unique_name("executors")),
         ];
         env.extend(extra.iter().cloned());
