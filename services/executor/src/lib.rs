@@ -137,6 +137,14 @@ impl App {
                 // (the publish lead), so a longer wait costs no lag, and fewer empty fetches
                 // cost the broker less (docs/BENCHMARKS.md, item 11).
                 ("fetch.wait.max.ms", "50"),
+                // Keep fetching while fewer than this many messages wait in the client's
+                // queue (bounded by `queued.max.messages.kbytes`, 64 MB by default). At the
+                // default (100,000) the client stopped fetching every partition whenever its
+                // one queue held that many, and the broker's answers then refilled it with
+                // the first partitions' backlog before the last one's: under a backlog one
+                // partition ran 20 s behind the others, so the lag's p99 was twice the backlog
+                // and late starts cost a write each (docs/BENCHMARKS.md, item 13).
+                ("queued.min.messages", "1000000"),
             ],
         )
         .create_with_context(ExecutorContext)
