@@ -20,7 +20,7 @@ impl LagStats {
         // 1 µs to 1 h, 3 significant digits.
         let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
         for d in deliveries {
-            h.saturating_record((d.first_received_us - d.scheduled_us).max(1) as u64);
+            h.saturating_record(d.lag_us().max(1) as u64);
         }
         if h.is_empty() {
             return LagStats::default();
@@ -46,7 +46,7 @@ pub fn max_lag_by_slice(deliveries: &[Delivery], from_us: i64, slice_s: u32) -> 
         if slices.len() <= i {
             slices.resize(i + 1, 0.0);
         }
-        slices[i] = slices[i].max((d.first_received_us - d.scheduled_us) as f64 / 1_000.0);
+        slices[i] = slices[i].max(d.lag_us() as f64 / 1_000.0);
     }
     slices
 }
@@ -54,10 +54,11 @@ pub fn max_lag_by_slice(deliveries: &[Delivery], from_us: i64, slice_s: u32) -> 
 /// The largest lag of each partition's occurrences, in ms: shows whether a backlog is
 /// shared by all partitions or some are served later than others.
 pub fn max_lag_by_partition(deliveries: &[Delivery], partitions: i16) -> Vec<f64> {
-    let mut max = vec![0.0f64; partitions.max(1) as usize];
+    let partitions = partitions.max(1);
+    let mut max = vec![0.0f64; partitions as usize];
     for d in deliveries.iter().filter(|d| d.bucket >= 0) {
-        let p = (d.bucket % partitions.max(1)) as usize;
-        max[p] = max[p].max((d.first_received_us - d.scheduled_us) as f64 / 1_000.0);
+        let p = (d.bucket % partitions) as usize;
+        max[p] = max[p].max(d.lag_us() as f64 / 1_000.0);
     }
     max
 }
@@ -179,30 +180,6 @@ pub async fn top_statements(pool: &PgPool, n: i64) -> Vec<StatementTime> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_largest_lag_of_each_slice_of_the_schedule() {
-        let d = |scheduled_s: i64, lag_ms: i64| Delivery {
-            scheduled_us: scheduled_s * 1_000_000,
-            first_received_us: scheduled_s * 1_000_000 + lag_ms * 1_000,
-            calls: 1,
-            bucket: 0,
-        };
-        let deliveries = [d(0, 5), d(4, 30), d(5, 7), d(12, 900), d(-1, 1)];
-        assert_eq!(max_lag_by_slice(&deliveries, 0, 5), vec![30.0, 7.0, 900.0]);
-    }
-
-    #[test]
-    fn the_largest_lag_of_each_partition() {
-        let d = |bucket: i16, lag_ms: i64| Delivery {
-            scheduled_us: 0,
-            first_received_us: lag_ms * 1_000,
-            calls: 1,
-            bucket,
-        };
-        let deliveries = [d(0, 5), d(4, 30), d(1, 7), d(5, 2), d(-1, 999)];
-        assert_eq!(max_lag_by_partition(&deliveries, 4), vec![30.0, 7.0, 0.0, 0.0]);
-    }
-
     use super::*;
 
     fn delivery(lag_us: i64) -> Delivery {
@@ -235,5 +212,29 @@ mod tests {
     fn own_memory_is_readable() {
         let (now, peak) = rss(std::process::id()).expect("/proc/self/status");
         assert!(now > 0 && peak >= now);
+    }
+
+    #[test]
+    fn the_largest_lag_of_each_slice_of_the_schedule() {
+        let d = |scheduled_s: i64, lag_ms: i64| Delivery {
+            scheduled_us: scheduled_s * 1_000_000,
+            first_received_us: scheduled_s * 1_000_000 + lag_ms * 1_000,
+            calls: 1,
+            bucket: 0,
+        };
+        let deliveries = [d(0, 5), d(4, 30), d(5, 7), d(12, 900), d(-1, 1)];
+        assert_eq!(max_lag_by_slice(&deliveries, 0, 5), vec![30.0, 7.0, 900.0]);
+    }
+
+    #[test]
+    fn the_largest_lag_of_each_partition() {
+        let d = |bucket: i16, lag_ms: i64| Delivery {
+            scheduled_us: 0,
+            first_received_us: lag_ms * 1_000,
+            calls: 1,
+            bucket,
+        };
+        let deliveries = [d(0, 5), d(4, 30), d(1, 7), d(5, 2), d(-1, 999)];
+        assert_eq!(max_lag_by_partition(&deliveries, 4), vec![30.0, 7.0, 0.0, 0.0]);
     }
 }

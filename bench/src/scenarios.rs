@@ -194,8 +194,7 @@ pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<
         result.mean_start_lag_ms,
         result.row_writes_per_fire
     );
-    println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
-    println!("  max lag by partition: {}", by_slice(&result.max_lag_by_partition_ms));
+    print_lag_profile(&result.max_lag_by_5s_ms, &result.max_lag_by_partition_ms);
     let c = &result.cpu_per_fire;
     println!(
         "  CPU per fire: scanner {:.0} µs, executor {:.0} µs, broker {:.0} µs, postgres {:.0} µs, sink {:.0} µs: {:.0} µs",
@@ -328,15 +327,18 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         result.memory.scanner_peak_mb,
         result.memory.executor_peak_mb
     );
-    println!("  max lag by 5 s of schedule: {}", by_slice(&result.max_lag_by_5s_ms));
-    println!("  max lag by partition: {}", by_slice(&result.max_lag_by_partition_ms));
+    print_lag_profile(&result.max_lag_by_5s_ms, &result.max_lag_by_partition_ms);
     Ok(result)
 }
 
-/// `[12, 8, 1500]` ms → "12 ms, 8 ms, 1.5 s".
-fn by_slice(ms: &[f64]) -> String {
-    let one = |v: &f64| if *v < 1_000.0 { format!("{v:.0} ms") } else { format!("{:.1} s", v / 1_000.0) };
-    ms.iter().map(one).collect::<Vec<_>>().join(", ")
+/// The largest lags per 5 s of schedule and per partition, e.g. "12 ms, 8 ms, 1.5 s".
+fn print_lag_profile(by_5s_ms: &[f64], by_partition_ms: &[f64]) {
+    let list = |ms: &[f64]| {
+        let one = |v: &f64| if *v < 1_000.0 { format!("{v:.0} ms") } else { format!("{:.1} s", v / 1_000.0) };
+        ms.iter().map(one).collect::<Vec<_>>().join(", ")
+    };
+    println!("  max lag by 5 s of schedule: {}", list(by_5s_ms));
+    println!("  max lag by partition: {}", list(by_partition_ms));
 }
 
 /// Stored scale: the same small load on an empty table and beside `stored` future tasks.

@@ -26,6 +26,13 @@ pub struct Delivery {
     pub bucket: i16,
 }
 
+impl Delivery {
+    /// From the occurrence time to the first call, in µs.
+    pub fn lag_us(&self) -> i64 {
+        self.first_received_us - self.scheduled_us
+    }
+}
+
 type Deliveries = Arc<Mutex<HashMap<Box<str>, Delivery>>>;
 
 pub struct LagSink {
@@ -88,10 +95,7 @@ async fn record(State(deliveries): State<Deliveries>, headers: HeaderMap) -> Sta
     let Some(scheduled_us) = scheduled_us(key) else {
         return StatusCode::BAD_REQUEST;
     };
-    let bucket = key
-        .split_once(':')
-        .and_then(|(timer, _)| uuid::Uuid::parse_str(timer).ok())
-        .map_or(-1, punctual_shared::task::bucket_of);
+    let bucket = punctual_shared::timer::identity_timer_id(key).map_or(-1, punctual_shared::task::bucket_of);
     let mut map = deliveries.lock().expect("sink lock");
     map.entry(key.into()).and_modify(|d| d.calls += 1).or_insert(Delivery {
         scheduled_us,

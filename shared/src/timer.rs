@@ -540,6 +540,12 @@ pub fn identity_scheduled_at(identity: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
 }
 
+/// The timer named by a task identity (the inverse of [`task_identity`]'s first half).
+pub fn identity_timer_id(identity: &str) -> Option<Uuid> {
+    let (timer, _) = identity.split_once(':')?;
+    Uuid::parse_str(timer).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,6 +555,8 @@ mod tests {
         let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc);
         assert_eq!(identity_scheduled_at(&task_identity(Uuid::nil(), at)), Some(at));
         assert_eq!(identity_scheduled_at("no-time-here"), None);
+        assert_eq!(identity_timer_id(&task_identity(Uuid::nil(), at)), Some(Uuid::nil()));
+        assert_eq!(identity_timer_id("no-timer-here:2026-12-24T18:00:00.500Z"), None);
     }
 
     fn spec(v: Value) -> Result<NewTimer, FieldError> {

@@ -29,7 +29,7 @@ fn by_key(calls: &[Call]) -> HashMap<String, Vec<&Call>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_and_sql_timers_fire_once_each_on_time() {
     let sink = Sink::start().await;
-    // Tasks are published a second before they are due (the default is 50 ms), so that
+    // Tasks are published a second before they are due (the default is 200 ms), so that
     // an executor that did not hold them until then would fire them a second early.
     let stack = Stack::start(&[("PUNCTUAL_PUBLISH_LEAD_MS", "1000".into())]).await;
 
