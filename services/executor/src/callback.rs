@@ -1,6 +1,7 @@
 //! The HTTP callback action, and what its answer means for the task.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,22 +18,175 @@ pub const EXCERPT_BYTES: usize = 1024;
 /// The longest `Retry-After` honoured; a longer one is cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
-/// Makes the callbacks: one HTTP client for all, and at most `per_target` calls at once to
-/// each target (scheme, host and port), the others waiting their turn.
+/// Makes the callbacks: one HTTP client for all, and a limit of calls at once to each
+/// target (scheme, host and port), between [`CallLimits`]' `min` and `max` (see [`Target`]),
+/// the others waiting their turn.
 ///
 /// Without a limit, an executor catching up on a backlog had a call in flight for almost
 /// every task it held (up to `PUNCTUAL_MAX_IN_FLIGHT`, thousands), each on a connection of
 /// its own, kept open afterwards by the pool: at 15,000 fires/s offered, its memory grew
 /// from 178 to 300 MB within a minute (peak 361 MB), against 86 to 142 MB (peak 169 MB) with
-/// 512 (docs/BENCHMARKS.md, item 12). A target sees at most `per_target` connections from
-/// an executor, as from a connection-limited proxy (Envoy's default limit is 1,024).
+/// 512 (docs/BENCHMARKS.md, item 12). A target sees at most `max` connections from an
+/// executor, as from a connection-limited proxy (Envoy's default limit is 1,024).
 pub struct Caller {
     client: reqwest::Client,
-    per_target: usize,
+    limits: CallLimits,
     /// One entry per target called since the start; a few hundred bytes each.
-    targets: Mutex<HashMap<String, Arc<Semaphore>>>,
+    targets: Mutex<HashMap<String, Arc<Target>>>,
+    /// URLs called lately, parsed, with their target's turns: parsing every call's URL
+    /// (IDNA included) was a twentieth of the executor's own CPU at 15,000 calls/s
+    /// (docs/BENCHMARKS.md, item 15). Emptied when it reaches [`MAX_PARSED_URLS`], so
+    /// timers with a URL each cost a parse per call, as before, and no unbounded memory.
+    parsed: Mutex<HashMap<Box<str>, ParsedUrl>>,
     /// Calls waiting for a turn (`punctual_callbacks_waiting`).
     waiting: IntGauge,
+}
+
+/// A URL parsed, and its target.
+type ParsedUrl = (Url, Arc<Target>);
+
+/// Most URLs kept parsed (a few hundred bytes each).
+const MAX_PARSED_URLS: usize = 10_000;
+
+/// How many calls at once a target gets: `min` always, up to `max` while it keeps its pace
+/// (see [`Target`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    pub min: usize,
+    pub max: usize,
+}
+
+/// Calls are answered at the target's own pace while their running mean is at most this
+/// many times the shortest call of the current window.
+const PACE_FACTOR: u64 = 2;
+/// The window over which the shortest call is taken, so that one early fluke does not
+/// stop the growth for good.
+const PACE_WINDOW_MS: u64 = 10_000;
+
+/// The turns of one target: at most `limit` calls at once. The limit starts at
+/// `PUNCTUAL_MIN_CALLS_PER_TARGET` (16) and grows by one for each call that ends while
+/// others wait, as long as the calls' running mean is at most [`PACE_FACTOR`] times the
+/// shortest call of the last [`PACE_WINDOW_MS`], up to `max`. A slow target that keeps its
+/// pace (a 100 ms answer stays near 100 ms) gets more calls at once, doubling in a round
+/// trip as TCP's slow start does; when the calls take more than twice that (a target that
+/// slows down as calls are added, or an executor short of CPU, whose calls then take longer
+/// for its own reasons) the limit falls back by one a call: more calls at once would only
+/// queue elsewhere.
+///
+/// Every call beyond the client's idle connections opens one, so the limit is also the
+/// number of connections to the target. Starting at the maximum (512) made a load's first
+/// second open hundreds of connections at once (at 10,000 fires/s the lag of the first 5 s
+/// reached 469-571 ms, against 92 ms with 32), and keeping them made every call dearer: at
+/// 20,000 fires/s offered, a fixed 16 delivered 18,001 and 19,999 fires/s in two runs at
+/// 93-107 µs of CPU a fire, 32 delivered 18,326 at 105 µs, 512 delivered 16,132 at 117 µs
+/// (docs/BENCHMARKS.md, item 15).
+struct Target {
+    turns: Arc<Semaphore>,
+    limit: AtomicUsize,
+    first: usize,
+    max: usize,
+    /// Calls waiting for a turn.
+    waiting: AtomicUsize,
+    epoch: Instant,
+    /// The shortest call of the current window, in µs.
+    shortest_us: AtomicU64,
+    /// When the current window began, in ms since `epoch`.
+    window_ms: AtomicU64,
+    /// The calls' running mean, in µs (0: none yet).
+    mean_us: AtomicU64,
+}
+
+impl Target {
+    fn new(limits: CallLimits) -> Self {
+        let max = limits.max.max(1);
+        let first = limits.min.clamp(1, max);
+        Target {
+            turns: Arc::new(Semaphore::new(first)),
+            limit: AtomicUsize::new(first),
+            first,
+            max,
+            waiting: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            shortest_us: AtomicU64::new(u64::MAX),
+            window_ms: AtomicU64::new(0),
+            mean_us: AtomicU64::new(0),
+        }
+    }
+
+    /// A call ended after `took`. One more turn if others wait, the calls keep the target's
+    /// pace and the limit has room; one turn fewer (the ending call's, which the caller then
+    /// forgets) if the calls take more than twice that pace and the limit is above its
+    /// start.
+    fn ended(&self, took: Duration) -> Change {
+        let took_us = took.as_micros().min(u128::from(u64::MAX / (2 * PACE_FACTOR))) as u64;
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        let window_ms = self.window_ms.load(Ordering::Relaxed);
+        let shortest_us = if now_ms.saturating_sub(window_ms) >= PACE_WINDOW_MS
+            && self.window_ms.compare_exchange(window_ms, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            self.shortest_us.store(took_us, Ordering::Relaxed);
+            took_us
+        } else {
+            self.shortest_us.fetch_min(took_us, Ordering::Relaxed).min(took_us)
+        };
+        // A running mean (1/16 of each call), updated without a lock: a lost update between
+        // two calls ending at once only makes it a little less exact.
+        let mean_us = self.mean_us.load(Ordering::Relaxed);
+        let mean_us = if mean_us == 0 { took_us } else { mean_us - mean_us / 16 + took_us / 16 };
+        self.mean_us.store(mean_us, Ordering::Relaxed);
+        let limit = self.limit.load(Ordering::Relaxed);
+        let change = if mean_us <= shortest_us * PACE_FACTOR {
+            if self.waiting.load(Ordering::Relaxed) == 0 || limit >= self.max {
+                return Change::Keep;
+            }
+            Change::Grow
+        } else if mean_us > shortest_us * 2 * PACE_FACTOR && limit > self.first {
+            Change::Shrink
+        } else {
+            return Change::Keep;
+        };
+        let changed = if change == Change::Grow { limit + 1 } else { limit - 1 };
+        if self.limit.compare_exchange(limit, changed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            // Another call changed it meanwhile; that one change is enough.
+            return Change::Keep;
+        }
+        if changed.is_power_of_two() {
+            tracing::debug!(calls_at_once = changed, mean_us, shortest_us, "a target's limit of calls changed");
+        }
+        if change == Change::Grow {
+            self.turns.add_permits(1);
+        }
+        change
+    }
+
+    #[cfg(test)]
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+}
+
+/// A call's turn at its target.
+struct Turn {
+    permit: OwnedSemaphorePermit,
+    target: Arc<Target>,
+}
+
+impl Turn {
+    /// The call ended after `took` (a call given up on ends with its turn dropped, and
+    /// does not count towards the limit).
+    fn end(self, took: Duration) {
+        if self.target.ended(took) == Change::Shrink {
+            self.permit.forget();
+        }
+    }
+}
+
+/// What a call's end did to its target's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Grow,
+    Shrink,
+    Keep,
 }
 
 impl Caller {
@@ -40,31 +194,47 @@ impl Caller {
     /// with fewer, every burst above the pool's size opens connections that are closed again
     /// right after, and connect/close becomes the executor's main cost (measured: a third of
     /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
-    pub fn new(per_target: usize, waiting: IntGauge) -> reqwest::Result<Self> {
+    pub fn new(limits: CallLimits, waiting: IntGauge) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(per_target)
+            .pool_max_idle_per_host(limits.max)
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("punctual/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client, per_target: per_target.max(1), targets: Mutex::new(HashMap::new()), waiting })
+        Ok(Self { client, limits, targets: Mutex::new(HashMap::new()), parsed: Mutex::new(HashMap::new()), waiting })
     }
 
-    /// A turn to call `url`'s target; waits while `per_target` calls to it are in flight.
-    async fn turn(&self, url: &Url) -> OwnedSemaphorePermit {
+    /// `raw` parsed, and its target (scheme, host and port).
+    fn parse(&self, raw: &str) -> Result<ParsedUrl, url::ParseError> {
+        if let Some((url, calls)) = self.parsed.lock().expect("parsed lock").get(raw) {
+            return Ok((url.clone(), calls.clone()));
+        }
+        let url = Url::parse(raw)?;
         let target =
             format!("{}://{}:{}", url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
         let calls = {
             let mut targets = self.targets.lock().expect("targets lock");
-            targets.entry(target).or_insert_with(|| Arc::new(Semaphore::new(self.per_target))).clone()
+            targets.entry(target).or_insert_with(|| Arc::new(Target::new(self.limits))).clone()
         };
-        if let Ok(turn) = calls.clone().try_acquire_owned() {
-            return turn;
+        let mut parsed = self.parsed.lock().expect("parsed lock");
+        if parsed.len() >= MAX_PARSED_URLS {
+            parsed.clear();
+        }
+        parsed.insert(raw.into(), (url.clone(), calls.clone()));
+        Ok((url, calls))
+    }
+
+    /// A turn to call `target`; waits while its limit of calls is in flight.
+    async fn turn(&self, target: Arc<Target>) -> Turn {
+        if let Ok(permit) = target.turns.clone().try_acquire_owned() {
+            return Turn { permit, target };
         }
         self.waiting.inc();
-        let turn = calls.acquire_owned().await.expect("semaphore never closed");
+        target.waiting.fetch_add(1, Ordering::Relaxed);
+        let permit = target.turns.clone().acquire_owned().await.expect("semaphore never closed");
+        target.waiting.fetch_sub(1, Ordering::Relaxed);
         self.waiting.dec();
-        turn
+        Turn { permit, target }
     }
 }
 
@@ -133,16 +303,19 @@ impl Attempt {
 /// Runs the task's callback, when its target has room for another call. Never fails: every
 /// error is an attempt that failed.
 pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
-    let url = match task.http_url.as_deref().map(Url::parse) {
-        Some(Ok(url)) => url,
+    let (url, target) = match task.http_url.as_deref().map(|raw| caller.parse(raw)) {
+        Some(Ok(parsed)) => parsed,
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
     };
-    let _turn = caller.turn(&url).await;
+    let turn = caller.turn(target).await;
     let started = Instant::now();
-    match request(&caller.client, url, task).await {
-        Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, started.elapsed()),
-        Err((error, retryable)) => Attempt::failed(error, retryable, started.elapsed()),
+    let answer = request(&caller.client, url, task).await;
+    let took = started.elapsed();
+    turn.end(took);
+    match answer {
+        Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, took),
+        Err((error, retryable)) => Attempt::failed(error, retryable, took),
     }
 }
 
@@ -267,7 +440,8 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let (busy, other) = (Sink::start().await, Sink::start().await);
         busy.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
-        let caller = Arc::new(Caller::new(2, IntGauge::new("waiting", "test").unwrap()).unwrap());
+        let caller =
+            Arc::new(Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap());
         let calls: Vec<_> = (0..5)
             .map(|_| {
                 let (caller, task) = (caller.clone(), task_calling(&busy.url("/slow")));
@@ -287,9 +461,80 @@ mod tests {
         assert_eq!(busy.calls().len(), 5);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_target_that_keeps_its_pace_gets_more_calls_at_once() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/steady", Behaviour::slow(Duration::from_millis(500)));
+        let limits = CallLimits { min: 4, max: 64 };
+        let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap()).unwrap());
+        let calls: Vec<_> = (0..12)
+            .map(|_| {
+                let (caller, task) = (caller.clone(), task_calling(&sink.url("/steady")));
+                tokio::spawn(async move { call(&caller, &task).await })
+            })
+            .collect();
+        while sink.calls().len() < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sink.calls().len(), 4, "a new target starts at `min` calls at once");
+        // Each of the first four ends at the target's pace while others wait: its turn
+        // passes on and one more is added, so the other eight go together.
+        while sink.calls().len() == 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sink.calls().len(), 12, "eight at once after the first four");
+        for c in calls {
+            assert_eq!(c.await.unwrap().http_status, Some(200));
+        }
+    }
+
+    #[test]
+    fn a_limit_grows_while_calls_keep_pace_and_falls_back_when_they_slow_down() {
+        let target = Target::new(CallLimits { min: 16, max: 20 });
+        assert_eq!(target.limit(), 16);
+        let ms = Duration::from_millis;
+        // Nobody waits: no reason to grow.
+        assert_eq!(target.ended(ms(100)), Change::Keep);
+        target.waiting.store(3, Ordering::Relaxed);
+        for expected in 17..=20 {
+            assert_eq!(target.ended(ms(110)), Change::Grow);
+            assert_eq!(target.limit(), expected);
+        }
+        assert_eq!(target.ended(ms(100)), Change::Keep, "at most `max`");
+        assert_eq!(target.turns.available_permits(), 20);
+        // Answers slow down (a busy target, or this executor short of CPU): the running
+        // mean passes four times the shortest call, and the limit falls back to `min`.
+        let mut changes = Vec::new();
+        for _ in 0..60 {
+            changes.push(target.ended(ms(1_000)));
+        }
+        assert_eq!(changes.iter().filter(|c| **c == Change::Shrink).count(), 4, "{changes:?}");
+        assert_eq!(target.limit(), 16);
+        // In between (mean within two to four times the shortest): no change either way.
+        let between = Target::new(CallLimits { min: 1, max: 64 });
+        between.waiting.store(1, Ordering::Relaxed);
+        assert_eq!(between.ended(ms(100)), Change::Grow);
+        for _ in 0..60 {
+            between.ended(ms(280));
+        }
+        let limit = between.limit();
+        assert!(limit < 64, "the growth stopped as the mean passed twice the shortest: {limit}");
+        assert_eq!(between.ended(ms(280)), Change::Keep);
+        assert_eq!(between.limit(), limit);
+    }
+
+    #[test]
+    fn the_limits_are_kept_within_one_and_max() {
+        assert_eq!(Target::new(CallLimits { min: 0, max: 8 }).limit(), 1);
+        assert_eq!(Target::new(CallLimits { min: 32, max: 8 }).limit(), 8);
+    }
+
     #[tokio::test]
     async fn an_unparsable_url_fails_for_good_without_a_call() {
-        let caller = Caller::new(2, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
         let attempt = call(&caller, &task_calling("not a url")).await;
         assert!(!attempt.retryable);
         assert!(attempt.error.unwrap().starts_with("invalid http_url"));

@@ -36,6 +36,12 @@ pub struct ExecutorConfig {
     /// connections to it; further calls to it wait their turn (still counted in flight).
     #[arg(long, env = "PUNCTUAL_MAX_CALLS_PER_TARGET", default_value_t = 512)]
     pub max_calls_per_target: usize,
+    /// HTTP calls at once to one target always allowed. A target's limit starts here and
+    /// grows towards `PUNCTUAL_MAX_CALLS_PER_TARGET` while calls wait and the target answers
+    /// at its own pace (the calls' mean time within twice the shortest), and falls back
+    /// towards this when the answers take more than four times the shortest.
+    #[arg(long, env = "PUNCTUAL_MIN_CALLS_PER_TARGET", default_value_t = 16)]
+    pub min_calls_per_target: usize,
     /// On shutdown, how long running callbacks may take to finish before they are abandoned
     /// (their messages are then delivered again).
     #[arg(long, env = "PUNCTUAL_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]

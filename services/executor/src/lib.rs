@@ -152,8 +152,11 @@ impl App {
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
         let metrics = Metrics::new();
         let caller = Arc::new(
-            callback::Caller::new(config.max_calls_per_target, metrics.callbacks_waiting.clone())
-                .context("creating the HTTP client")?,
+            callback::Caller::new(
+                callback::CallLimits { min: config.min_calls_per_target, max: config.max_calls_per_target },
+                metrics.callbacks_waiting.clone(),
+            )
+            .context("creating the HTTP client")?,
         );
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
@@ -336,11 +339,16 @@ fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Position) {
 fn store_offset(consumer: &TaskConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
     let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
     if let Some(offset) = done_through {
-        // librdkafka stores offset + 1: the next message to read.
-        if let Err(e) = consumer.store_offset(topic, position.partition, offset) {
-            // The partition was revoked meanwhile: its new owner reads it from the last commit.
-            tracing::debug!(error = %e, partition = position.partition, "offset not stored");
-        }
+        store_done_through(consumer, topic, position.partition, offset);
+    }
+}
+
+/// Stores the offset up to which `partition`'s messages are done.
+fn store_done_through(consumer: &TaskConsumer, topic: &str, partition: i32, offset: i64) {
+    // librdkafka stores offset + 1: the next message to read.
+    if let Err(e) = consumer.store_offset(topic, partition, offset) {
+        // The partition was revoked meanwhile: its new owner reads it from the last commit.
+        tracing::debug!(error = %e, partition, "offset not stored");
     }
 }
 
@@ -418,14 +426,34 @@ async fn write_back(
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        for f in batch.drain(..) {
-            let label = match f.outcome.next {
-                Next::Succeeded => "succeeded",
-                Next::Retry { .. } => "retry",
-                Next::Dead => "dead",
-            };
-            metrics.executed.with_label_values(&[label]).inc();
-            store_offset(&consumer, &topic, &offsets, f.position);
+        // One offset stored per partition and batch: storing each message's (a partition
+        // list built and handed to librdkafka every time) cost more than the rest of its
+        // bookkeeping.
+        let mut done_through: Vec<(i32, i64)> = Vec::new();
+        let (mut succeeded, mut retried, mut dead) = (0, 0, 0);
+        {
+            let mut offsets = offsets.lock().expect("offsets lock");
+            for f in batch.drain(..) {
+                match f.outcome.next {
+                    Next::Succeeded => succeeded += 1,
+                    Next::Retry { .. } => retried += 1,
+                    Next::Dead => dead += 1,
+                }
+                if let Some(offset) = offsets.completed(f.position.partition, f.position.offset) {
+                    match done_through.iter_mut().find(|(p, _)| *p == f.position.partition) {
+                        Some(stored) => stored.1 = stored.1.max(offset),
+                        None => done_through.push((f.position.partition, offset)),
+                    }
+                }
+            }
+        }
+        for (partition, offset) in done_through {
+            store_done_through(&consumer, &topic, partition, offset);
+        }
+        for (label, count) in [("succeeded", succeeded), ("retry", retried), ("dead", dead)] {
+            if count > 0 {
+                metrics.executed.with_label_values(&[label]).inc_by(count);
+            }
         }
     }
 }

@@ -44,7 +44,7 @@ impl Metrics {
         let in_flight = IntGauge::new("punctual_tasks_in_flight", "Tasks being run").expect("valid metric");
         let callbacks_waiting = IntGauge::new(
             "punctual_callbacks_waiting",
-            "Callbacks waiting for a turn at a target that has PUNCTUAL_MAX_CALLS_PER_TARGET calls in flight",
+            "Callbacks waiting for a turn at a target whose limit of calls at once is reached",
         )
         .expect("valid metric");
         let db_errors = IntCounter::new("punctual_executor_db_errors_total", "Failed status reads or writes (retried)")

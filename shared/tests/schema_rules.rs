@@ -1,0 +1,74 @@
+//! The rules the schema keeps for writes through SQL, checked against the migrated schema.
+
+use std::collections::BTreeSet;
+
+use punctual_testkit::TestDb;
+
+/// The before-update trigger of timers fires only for updates naming one of its columns
+/// (so the planner's own writes skip it). A column the trigger's function compares but the
+/// trigger does not name would let an edit of that column through plain SQL skip the
+/// version bump and the re-plan.
+#[tokio::test]
+async fn the_timer_trigger_names_every_column_its_function_compares() {
+    let db = TestDb::create().await;
+    let source: String =
+        sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE proname = 'punctual_timers_before_update'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    // The columns read in its conditions (`OLD.version` is read only to be assigned from).
+    let compared: BTreeSet<String> = source
+        .lines()
+        .filter(|line| !line.contains(":="))
+        .flat_map(|line| line.split("OLD.").skip(1))
+        .map(|rest| rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect())
+        .collect();
+    let named: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT a.attname::text FROM pg_trigger t
+           JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr::int2[])
+          WHERE t.tgname = 'timers_before_update'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert!(compared.len() >= 20, "the function compares the definition and the state: {compared:?}");
+    let missing: Vec<_> = compared.difference(&named).collect();
+    assert!(missing.is_empty(), "compared but not named by the trigger: {missing:?}");
+}
+
+/// An update that names none of those columns (the planner's) leaves the version alone;
+/// one that changes the definition bumps it, as before.
+#[tokio::test]
+async fn only_a_change_of_definition_bumps_a_timers_version() {
+    let db = TestDb::create().await;
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO timers (name, schedule_kind, interval_ms, http_url)
+         VALUES ('rules', 'interval', 1000, 'http://127.0.0.1:1/') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let version = |db: &TestDb| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT version FROM timers WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    sqlx::query("UPDATE timers SET plan_status = 'planned', next_plan_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(version(&db).await, 1);
+    sqlx::query("UPDATE timers SET kafka_key = 'k' WHERE id = $1").bind(id).execute(&db.pool).await.unwrap();
+    assert_eq!(version(&db).await, 2);
+    let plan_status: String =
+        sqlx::query_scalar("SELECT plan_status FROM timers WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap();
+    assert_eq!(plan_status, "new", "an edited timer goes back to the planner");
+}
