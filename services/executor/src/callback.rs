@@ -435,6 +435,22 @@ mod tests {
         }
     }
 
+    /// `n` calls to `url`, each in a task of its own.
+    fn spawn_calls(caller: &Arc<Caller>, url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Attempt>> {
+        (0..n)
+            .map(|_| {
+                let (caller, task) = (caller.clone(), task_calling(url));
+                tokio::spawn(async move { call(&caller, &task).await })
+            })
+            .collect()
+    }
+
+    async fn wait_for_calls(sink: &punctual_testkit::sink::Sink, n: usize) {
+        while sink.calls().len() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     #[tokio::test]
     async fn calls_to_a_busy_target_wait_their_turn_and_other_targets_do_not() {
         use punctual_testkit::sink::{Behaviour, Sink};
@@ -442,15 +458,8 @@ mod tests {
         busy.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
         let caller =
             Arc::new(Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap());
-        let calls: Vec<_> = (0..5)
-            .map(|_| {
-                let (caller, task) = (caller.clone(), task_calling(&busy.url("/slow")));
-                tokio::spawn(async move { call(&caller, &task).await })
-            })
-            .collect();
-        while busy.calls().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let calls = spawn_calls(&caller, &busy.url("/slow"), 5);
+        wait_for_calls(&busy, 2).await;
         // Another target is called at once, while the busy one has its two calls.
         let elsewhere = call(&caller, &task_calling(&other.url("/quick"))).await;
         assert_eq!(elsewhere.http_status, Some(200));
@@ -468,22 +477,13 @@ mod tests {
         sink.behave("/steady", Behaviour::slow(Duration::from_millis(500)));
         let limits = CallLimits { min: 4, max: 64 };
         let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap()).unwrap());
-        let calls: Vec<_> = (0..12)
-            .map(|_| {
-                let (caller, task) = (caller.clone(), task_calling(&sink.url("/steady")));
-                tokio::spawn(async move { call(&caller, &task).await })
-            })
-            .collect();
-        while sink.calls().len() < 4 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let calls = spawn_calls(&caller, &sink.url("/steady"), 12);
+        wait_for_calls(&sink, 4).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(sink.calls().len(), 4, "a new target starts at `min` calls at once");
         // Each of the first four ends at the target's pace while others wait: its turn
         // passes on and one more is added, so the other eight go together.
-        while sink.calls().len() == 4 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_for_calls(&sink, 5).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(sink.calls().len(), 12, "eight at once after the first four");
         for c in calls {
