@@ -426,9 +426,8 @@ async fn write_back(
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        // One offset stored per partition and batch: storing each message's (a partition
-        // list built and handed to librdkafka every time) cost more than the rest of its
-        // bookkeeping.
+        // One offset stored per partition and batch, the furthest: each store builds a
+        // partition list and hands it to librdkafka, and only the last one counts.
         let mut done_through: Vec<(i32, i64)> = Vec::new();
         let (mut succeeded, mut retried, mut dead) = (0, 0, 0);
         {
