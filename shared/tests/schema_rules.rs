@@ -50,25 +50,18 @@ async fn only_a_change_of_definition_bumps_a_timers_version() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let version = |db: &TestDb| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>("SELECT version FROM timers WHERE id = $1")
-                .bind(id)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
     sqlx::query("UPDATE timers SET plan_status = 'planned', next_plan_at = now() WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(version(&db).await, 1);
+    assert_eq!(version_and_plan_status(&db, id).await.0, 1);
     sqlx::query("UPDATE timers SET kafka_key = 'k' WHERE id = $1").bind(id).execute(&db.pool).await.unwrap();
-    assert_eq!(version(&db).await, 2);
-    let plan_status: String =
-        sqlx::query_scalar("SELECT plan_status FROM timers WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap();
+    let (version, plan_status) = version_and_plan_status(&db, id).await;
+    assert_eq!(version, 2);
     assert_eq!(plan_status, "new", "an edited timer goes back to the planner");
+}
+
+async fn version_and_plan_status(db: &TestDb, id: uuid::Uuid) -> (i64, String) {
+    sqlx::query_as("SELECT version, plan_status FROM timers WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap()
 }

@@ -113,13 +113,13 @@ impl Target {
         }
     }
 
-    /// A call ended after `took`. One more turn if others wait, the calls keep the target's
+    /// A call ended at `ended`, after `took`. One more turn if others wait, the calls keep the target's
     /// pace and the limit has room; one turn fewer (the ending call's, which the caller then
     /// forgets) if the calls take more than twice that pace and the limit is above its
     /// start.
-    fn ended(&self, took: Duration) -> Change {
+    fn ended(&self, ended: Instant, took: Duration) -> Change {
         let took_us = took.as_micros().min(u128::from(u64::MAX / (2 * PACE_FACTOR))) as u64;
-        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        let now_ms = ended.saturating_duration_since(self.epoch).as_millis() as u64;
         let window_ms = self.window_ms.load(Ordering::Relaxed);
         let shortest_us = if now_ms.saturating_sub(window_ms) >= PACE_WINDOW_MS
             && self.window_ms.compare_exchange(window_ms, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
@@ -172,10 +172,10 @@ struct Turn {
 }
 
 impl Turn {
-    /// The call ended after `took` (a call given up on ends with its turn dropped, and
-    /// does not count towards the limit).
-    fn end(self, took: Duration) {
-        if self.target.ended(took) == Change::Shrink {
+    /// The call ended at `ended`, after `took` (a call given up on ends with its turn
+    /// dropped, and does not count towards the limit).
+    fn end(self, ended: Instant, took: Duration) {
+        if self.target.ended(ended, took) == Change::Shrink {
             self.permit.forget();
         }
     }
@@ -311,8 +311,9 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
     let turn = caller.turn(target).await;
     let started = Instant::now();
     let answer = request(&caller.client, url, task).await;
-    let took = started.elapsed();
-    turn.end(took);
+    let ended = Instant::now();
+    let took = ended - started;
+    turn.end(ended, took);
     match answer {
         Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, took),
         Err((error, retryable)) => Attempt::failed(error, retryable, took),
@@ -497,32 +498,32 @@ mod tests {
         assert_eq!(target.limit(), 16);
         let ms = Duration::from_millis;
         // Nobody waits: no reason to grow.
-        assert_eq!(target.ended(ms(100)), Change::Keep);
+        assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep);
         target.waiting.store(3, Ordering::Relaxed);
         for expected in 17..=20 {
-            assert_eq!(target.ended(ms(110)), Change::Grow);
+            assert_eq!(target.ended(Instant::now(), ms(110)), Change::Grow);
             assert_eq!(target.limit(), expected);
         }
-        assert_eq!(target.ended(ms(100)), Change::Keep, "at most `max`");
+        assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep, "at most `max`");
         assert_eq!(target.turns.available_permits(), 20);
         // Answers slow down (a busy target, or this executor short of CPU): the running
         // mean passes four times the shortest call, and the limit falls back to `min`.
         let mut changes = Vec::new();
         for _ in 0..60 {
-            changes.push(target.ended(ms(1_000)));
+            changes.push(target.ended(Instant::now(), ms(1_000)));
         }
         assert_eq!(changes.iter().filter(|c| **c == Change::Shrink).count(), 4, "{changes:?}");
         assert_eq!(target.limit(), 16);
         // In between (mean within two to four times the shortest): no change either way.
         let between = Target::new(CallLimits { min: 1, max: 64 });
         between.waiting.store(1, Ordering::Relaxed);
-        assert_eq!(between.ended(ms(100)), Change::Grow);
+        assert_eq!(between.ended(Instant::now(), ms(100)), Change::Grow);
         for _ in 0..60 {
-            between.ended(ms(280));
+            between.ended(Instant::now(), ms(280));
         }
         let limit = between.limit();
         assert!(limit < 64, "the growth stopped as the mean passed twice the shortest: {limit}");
-        assert_eq!(between.ended(ms(280)), Change::Keep);
+        assert_eq!(between.ended(Instant::now(), ms(280)), Change::Keep);
         assert_eq!(between.limit(), limit);
     }
 
