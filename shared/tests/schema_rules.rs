@@ -65,3 +65,49 @@ async fn only_a_change_of_definition_bumps_a_timers_version() {
 async fn version_and_plan_status(db: &TestDb, id: uuid::Uuid) -> (i64, String) {
     sqlx::query_as("SELECT version, plan_status FROM timers WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap()
 }
+
+/// Deleting timers deletes their tasks and the tasks' attempts, and leaves other timers'
+/// tasks alone; truncating timers empties both. (Tasks reference their timer without a
+/// foreign key, so these are the rules that keep no task whose timer is gone.)
+#[tokio::test]
+async fn deleting_timers_deletes_their_tasks_and_attempts() {
+    let db = TestDb::create().await;
+    let timers: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "INSERT INTO timers (name, schedule_kind, interval_ms, http_url)
+         SELECT 'cascade-' || g, 'interval', 1000, 'http://127.0.0.1:1/' FROM generate_series(1, 3) g
+         RETURNING id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket)
+         SELECT t, s, s, 1, 0 FROM UNNEST($1::uuid[]) t, generate_series(now(), now() + interval '4 s', interval '1 s') s",
+    )
+    .bind(&timers)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO task_attempts (task_id, attempt, error) SELECT id, 1, 'failed' FROM tasks")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM tasks").await, 15);
+
+    sqlx::query("DELETE FROM timers WHERE id = ANY($1)")
+        .bind(&timers[..2])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT DISTINCT timer_id FROM tasks").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(left, vec![timers[2]], "only the tasks of the timer not deleted are left");
+    assert_eq!(count(&db, "SELECT count(*) FROM task_attempts").await, 5);
+
+    sqlx::query("TRUNCATE timers").execute(&db.pool).await.unwrap();
+    assert_eq!(count(&db, "SELECT count(*) FROM tasks").await, 0);
+    assert_eq!(count(&db, "SELECT count(*) FROM task_attempts").await, 0);
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap()
+}
