@@ -27,12 +27,15 @@ pub struct ScannerConfig {
     /// Occurrences are planned into task rows this far ahead (timers are re-planned when
     /// their planned horizon is nearer than this, up to twice this ahead). Occurrences
     /// planned within the lookahead are written claimed, so with a horizon of at most half
-    /// the lookahead (the default) no occurrence needs a separate claim.
-    #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 5_000)]
+    /// the lookahead (the default) no occurrence needs a separate claim. Each re-plan
+    /// rewrites the timer's row (a non-HOT update: `next_plan_at` is indexed), so a timer
+    /// firing every second costs one timer write per 10 occurrences at 10 s, and one per 5
+    /// at 5 s (docs/BENCHMARKS.md, item 17).
+    #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 10_000)]
     pub plan_horizon_ms: u64,
     /// Tasks due within this window are claimed (or planned claimed) and held in memory
-    /// until they fire.
-    #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 10_000)]
+    /// until they fire: about 150 bytes each, so 20 s at 20,000 fires/s is 60 MB.
+    #[arg(long, env = "PUNCTUAL_LOOKAHEAD_MS", default_value_t = 20_000)]
     pub lookahead_ms: u64,
     /// Tasks are published this long before they are due, so that the message's way to an
     /// executor, and the executor's start, are over when the task is due; the executor holds
@@ -106,9 +109,9 @@ mod tests {
     #[test]
     fn the_defaults_pass_and_a_lead_beyond_half_the_lookahead_is_refused() {
         assert_eq!(parse(&[]).unwrap().check(), Ok(()));
-        let error = parse(&["--publish-lead-ms", "6000"]).unwrap().check().unwrap_err();
+        let error = parse(&["--publish-lead-ms", "11000"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_PUBLISH_LEAD_MS"), "{error}");
-        let error = parse(&["--lease-ms", "10500"]).unwrap().check().unwrap_err();
+        let error = parse(&["--lease-ms", "20500"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_LEASE_MS"), "{error}");
     }
 
