@@ -17,6 +17,8 @@
 //! outcome, each shared with the other tasks of its batch. Sending the message writes
 //! nothing: the claim's lease covers a message that never arrives.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -240,13 +242,29 @@ pub async fn claim(
 }
 
 /// A task that the executor now runs, with its timer's action and retry policy.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct StartedTask {
     pub id: i64,
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
     pub started_at: DateTime<Utc>,
+    /// As of the timer version the task was planned from; shared by the tasks of that
+    /// version (see [`ActionCache`]).
+    pub action: Arc<Action>,
+    /// As the timer has it now: a change of retry policy changes no version.
+    pub retry: RetryPolicy,
+}
+
+impl StartedTask {
+    pub fn identity(&self) -> String {
+        task_identity(self.timer_id, self.scheduled_at)
+    }
+}
+
+/// What a timer does when it fires: columns that change only with the timer's version.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Action {
     pub action_kind: String,
     pub http_method: String,
     pub http_url: Option<String>,
@@ -257,32 +275,72 @@ pub struct StartedTask {
     pub kafka_key: Option<String>,
     pub kafka_headers: Value,
     pub kafka_value: Option<Value>,
-    pub retry_max_attempts: i32,
-    pub retry_initial_ms: i32,
-    pub retry_multiplier: f64,
-    pub retry_max_ms: i32,
 }
 
-impl StartedTask {
-    pub fn identity(&self) -> String {
-        task_identity(self.timer_id, self.scheduled_at)
-    }
+/// A timer's retry policy, as read with a task's start.
+#[derive(sqlx::FromRow)]
+struct RetryColumns {
+    retry_max_attempts: i32,
+    retry_initial_ms: i32,
+    retry_multiplier: f64,
+    retry_max_ms: i32,
+}
 
-    pub fn retry_policy(&self) -> RetryPolicy {
+impl From<RetryColumns> for RetryPolicy {
+    fn from(r: RetryColumns) -> Self {
         RetryPolicy {
-            max_attempts: self.retry_max_attempts,
-            initial_ms: self.retry_initial_ms,
-            multiplier: self.retry_multiplier,
-            max_ms: self.retry_max_ms,
+            max_attempts: r.retry_max_attempts,
+            initial_ms: r.retry_initial_ms,
+            multiplier: r.retry_multiplier,
+            max_ms: r.retry_max_ms,
         }
     }
 }
 
-/// The columns of a started task's timer (`tm`): its action and retry policy.
+/// The actions an executor has read, by timer, each at the version it was read at. A
+/// timer's action changes only with its version, so [`start`] reads the action of a
+/// version once instead of with every task: decoding fourteen columns (two of them JSON)
+/// a task was a measured part of the executor's CPU (docs/BENCHMARKS.md, item 17). The
+/// retry policy is not part of it: it may change without a new version, so it is read
+/// with each start.
+#[derive(Debug, Default)]
+pub struct ActionCache {
+    by_timer: Mutex<HashMap<Uuid, (i64, Arc<Action>)>>,
+}
+
+/// At most this many timers' actions are kept; the cache starts over when full.
+const MAX_CACHED_ACTIONS: usize = 100_000;
+
+impl ActionCache {
+    fn get(&self, timer_id: Uuid, version: i64) -> Option<Arc<Action>> {
+        let by_timer = self.by_timer.lock().expect("action cache lock");
+        by_timer.get(&timer_id).filter(|(v, _)| *v == version).map(|(_, action)| action.clone())
+    }
+
+    fn put(&self, timer_id: Uuid, version: i64, action: Arc<Action>) {
+        let mut by_timer = self.by_timer.lock().expect("action cache lock");
+        if by_timer.len() >= MAX_CACHED_ACTIONS && !by_timer.contains_key(&timer_id) {
+            by_timer.clear();
+        }
+        by_timer.insert(timer_id, (version, action));
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_timer.lock().expect("action cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The columns of a started task's timer (`tm`): its action ([`Action`]).
 const ACTION_COLUMNS: &str =
     "tm.action_kind, tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
-    tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value,
-    tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms";
+    tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value";
+
+/// The columns of a started task's timer (`tm`): its retry policy.
+const RETRY_COLUMNS: &str = "tm.retry_max_attempts, tm.retry_initial_ms, tm.retry_multiplier, tm.retry_max_ms";
 
 /// A claim must outlive a run started without a mark by this much beyond the callback's
 /// timeout.
@@ -302,11 +360,17 @@ const UNMARKED_RUN_MARGIN_MS: i32 = 2_000;
 /// condition in `WHERE` would be estimated by the planner, and on tables not yet analysed
 /// (a fresh database under load) it took three equality tests on `timers` to match one
 /// row, scanned every timer in an outer loop and ran for 37 s a batch.
-pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
+pub async fn start(
+    db: &PgPool,
+    owner: &str,
+    tasks: &[(i64, i32)],
+    actions: &ActionCache,
+) -> Result<Vec<StartedTask>, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
     let candidates: Vec<StartCandidate> = sqlx::query_as(&format!(
-        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, {ACTION_COLUMNS},
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, tm.version AS timer_version,
+                {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
                  AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond') AS unmarked
@@ -320,13 +384,30 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
     .bind(UNMARKED_RUN_MARGIN_MS)
     .fetch_all(db)
     .await?;
-    let mut started = Vec::with_capacity(tasks.len());
     let mut marked = Vec::new();
+    let mut unknown: Vec<Uuid> = Vec::new();
+    let mut unmarked = Vec::with_capacity(candidates.len());
     for candidate in candidates {
-        if candidate.unmarked {
-            started.push(candidate.task);
-        } else {
-            marked.push((candidate.task.id, candidate.task.attempt));
+        if !candidate.unmarked {
+            marked.push((candidate.id, candidate.attempt));
+            continue;
+        }
+        let action = actions.get(candidate.timer_id, candidate.timer_version);
+        if action.is_none() {
+            unknown.push(candidate.timer_id);
+        }
+        unmarked.push((candidate, action));
+    }
+    if !unknown.is_empty() {
+        read_actions(db, &unknown, actions).await?;
+    }
+    let mut started = Vec::with_capacity(tasks.len());
+    for (candidate, action) in unmarked {
+        match action.or_else(|| actions.get(candidate.timer_id, candidate.timer_version)) {
+            Some(action) => started.push(candidate.into_started(action)),
+            // The timer changed between the two reads: the marked start judges the task
+            // against the timer as it is now (it cancels it).
+            None => marked.push((candidate.id, candidate.attempt)),
         }
     }
     if !marked.is_empty() {
@@ -335,12 +416,69 @@ pub async fn start(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec
     Ok(started)
 }
 
-/// A row of [`start`]'s read: the task, and whether it may run without a mark.
+/// A row of [`start`]'s read: the task, its timer's version, and whether it may run
+/// without a mark.
 #[derive(sqlx::FromRow)]
 struct StartCandidate {
+    id: i64,
+    timer_id: Uuid,
+    scheduled_at: DateTime<Utc>,
+    attempt: i32,
+    started_at: DateTime<Utc>,
+    timer_version: i64,
     #[sqlx(flatten)]
-    task: StartedTask,
+    retry: RetryColumns,
     unmarked: bool,
+}
+
+impl StartCandidate {
+    fn into_started(self, action: Arc<Action>) -> StartedTask {
+        StartedTask {
+            id: self.id,
+            timer_id: self.timer_id,
+            scheduled_at: self.scheduled_at,
+            attempt: self.attempt,
+            started_at: self.started_at,
+            action,
+            retry: self.retry.into(),
+        }
+    }
+}
+
+/// Reads the current actions of these timers into the cache, each at its version.
+async fn read_actions(db: &PgPool, timer_ids: &[Uuid], actions: &ActionCache) -> Result<(), sqlx::Error> {
+    let rows: Vec<VersionedAction> = sqlx::query_as(&format!(
+        "SELECT tm.id AS timer_id, tm.version, {ACTION_COLUMNS} FROM timers tm WHERE tm.id = ANY($1)"
+    ))
+    .bind(timer_ids)
+    .fetch_all(db)
+    .await?;
+    for row in rows {
+        actions.put(row.timer_id, row.version, Arc::new(row.action));
+    }
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct VersionedAction {
+    timer_id: Uuid,
+    version: i64,
+    #[sqlx(flatten)]
+    action: Action,
+}
+
+/// A row of [`start_marked`]: a task that runs, with its timer's action.
+#[derive(sqlx::FromRow)]
+struct MarkedStart {
+    id: i64,
+    timer_id: Uuid,
+    scheduled_at: DateTime<Utc>,
+    attempt: i32,
+    started_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    action: Action,
+    #[sqlx(flatten)]
+    retry: RetryColumns,
 }
 
 /// The marked start: → running, where the task is at the message's attempt and still
@@ -358,7 +496,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
     // occurrence ends). The rows are found by key and the status is judged in the verdict,
     // not in `WHERE`, for the reason given at [`start`]; locking a finished row of the
     // batch costs nothing, no one else writes it.
-    sqlx::query_as::<_, StartedTask>(&format!(
+    let rows = sqlx::query_as::<_, MarkedStart>(&format!(
         "WITH waiting AS (
             SELECT t.id,
                    CASE
@@ -398,14 +536,26 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
              WHERE t.id = w.id AND w.verdict = 'run'
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
-         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}
+         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}, {RETRY_COLUMNS}
            FROM started s JOIN timers tm ON tm.id = s.timer_id"
     ))
     .bind(&ids)
     .bind(&attempts)
     .bind(owner)
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| StartedTask {
+            id: row.id,
+            timer_id: row.timer_id,
+            scheduled_at: row.scheduled_at,
+            attempt: row.attempt,
+            started_at: row.started_at,
+            action: Arc::new(row.action),
+            retry: row.retry.into(),
+        })
+        .collect())
 }
 
 /// Applies each timer's misfire policy to first attempts still waiting long after they

@@ -94,12 +94,9 @@ async fn deleting_timers_deletes_their_tasks_and_attempts() {
         .unwrap();
     assert_eq!(count(&db, "SELECT count(*) FROM tasks").await, 15);
 
-    sqlx::query("DELETE FROM timers WHERE id = ANY($1)")
-        .bind(&timers[..2])
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT DISTINCT timer_id FROM tasks").fetch_all(&db.pool).await.unwrap();
+    sqlx::query("DELETE FROM timers WHERE id = ANY($1)").bind(&timers[..2]).execute(&db.pool).await.unwrap();
+    let left: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT DISTINCT timer_id FROM tasks").fetch_all(&db.pool).await.unwrap();
     assert_eq!(left, vec![timers[2]], "only the tasks of the timer not deleted are left");
     assert_eq!(count(&db, "SELECT count(*) FROM task_attempts").await, 5);
 

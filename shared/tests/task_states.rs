@@ -61,11 +61,14 @@ async fn a_marked_task_starts_once_and_finishes_once() {
 
     let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
     assert_eq!(started.len(), 3);
-    assert!(started.iter().all(|s| s.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
-    assert_eq!(started[0].retry_policy(), punctual_shared::retry::RetryPolicy::default());
+    assert!(started.iter().all(|s| s.action.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
+    assert_eq!(started[0].retry, punctual_shared::retry::RetryPolicy::default());
     // A redelivered message to the same executor starts nothing, and cancels nothing.
     assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
-    assert!(task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default())
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(row(&db, ids[0]).await.0, "running");
 
     let mut ok = outcome(ids[0], 1, Next::Succeeded);
@@ -95,13 +98,16 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     let t = timer(&db).await;
     // Claimed for 30 s; the callback times out after 10 s (the default): no mark needed.
     let ids = claimed_tasks(&db, t, 2).await;
-    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.len(), 2);
     assert_eq!(row(&db, ids[0]).await.0, "claimed", "started without a write");
     assert_eq!(task::finish(&db.pool, &[outcome(ids[0], 1, Next::Succeeded)]).await.unwrap(), 1);
     assert_eq!(row(&db, ids[0]).await.0, "succeeded");
     // A message redelivered after the outcome is written starts nothing.
-    assert!(task::start(&db.pool, "exec-2", &first_attempts(&ids[..1])).await.unwrap().is_empty());
+    assert!(task::start(&db.pool, "exec-2", &first_attempts(&ids[..1]), &task::ActionCache::default())
+        .await
+        .unwrap()
+        .is_empty());
     // An outcome of another attempt changes nothing.
     assert_eq!(task::finish(&db.pool, &[outcome(ids[1], 2, Next::Succeeded)]).await.unwrap(), 0);
 
@@ -109,8 +115,49 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     // again while it runs.
     let slow = timer_with(&db, "http_timeout_ms", "60000").await;
     let slow_ids = claimed_tasks(&db, slow, 1).await;
-    assert_eq!(task::start(&db.pool, "exec-1", &first_attempts(&slow_ids)).await.unwrap().len(), 1);
+    assert_eq!(
+        task::start(&db.pool, "exec-1", &first_attempts(&slow_ids), &task::ActionCache::default()).await.unwrap().len(),
+        1
+    );
     assert_eq!(row(&db, slow_ids[0]).await.0, "running");
+}
+
+/// The executor reads a timer's action once per version: later starts share it, a new
+/// version is read again, and the retry policy (which changes no version) is read with
+/// every start.
+#[tokio::test]
+async fn a_timers_action_is_read_once_per_version() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    let actions = task::ActionCache::default();
+    let first =
+        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, t, 2).await), &actions).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(std::sync::Arc::ptr_eq(&first[0].action, &first[1].action), "one action for the batch");
+    assert_eq!(actions.len(), 1);
+
+    sqlx::query("UPDATE timers SET retry_max_attempts = 7 WHERE id = $1").bind(t).execute(&db.pool).await.unwrap();
+    let later =
+        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, t, 1).await), &actions).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&first[0].action, &later[0].action), "the version's action is not read again");
+    assert_eq!(later[0].retry.max_attempts, 7, "the retry policy is read with each start");
+
+    // A new version: tasks planned from the old one are cancelled, those of the new one
+    // run the new action.
+    sqlx::query("UPDATE timers SET http_url = 'http://127.0.0.1:9/new' WHERE id = $1")
+        .bind(t)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let stale = claimed_tasks(&db, t, 1).await;
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&stale), &actions).await.unwrap().is_empty());
+    assert_eq!(row(&db, stale[0]).await.0, "cancelled");
+    let planned =
+        PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(1), timer_version: 2 };
+    task::plan(&db.pool, &[planned], None).await.unwrap();
+    let claimed = task::claim(&db.pool, "owner", Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
+    let current = task::start(&db.pool, "exec-1", &first_attempts(&[claimed[0].id]), &actions).await.unwrap();
+    assert_eq!(current[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/new"));
 }
 
 #[tokio::test]
@@ -143,7 +190,7 @@ async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
-    task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap();
+    task::start(&db.pool, "exec-1", &[(id, 1)], &task::ActionCache::default()).await.unwrap();
     let due_at = Utc::now() + chrono::Duration::seconds(2);
     assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Retry { due_at })]).await.unwrap(), 1);
     assert_eq!(row(&db, id).await, ("pending".to_owned(), 2));
@@ -155,8 +202,8 @@ async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].attempt, claimed[0].due_at.timestamp_millis()), (2, due_at.timestamp_millis()));
     // A stale message of attempt 1 does not start attempt 2.
-    assert!(task::start(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().is_empty());
-    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 2)]).await.unwrap().len(), 1);
+    assert!(task::start(&db.pool, "exec-1", &[(id, 1)], &task::ActionCache::default()).await.unwrap().is_empty());
+    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 2)], &task::ActionCache::default()).await.unwrap().len(), 1);
     task::finish(&db.pool, &[outcome(id, 2, Next::Dead)]).await.unwrap();
     let attempts: Vec<(i32, Option<i16>)> =
         sqlx::query_as("SELECT attempt, http_status FROM task_attempts WHERE task_id = $1 ORDER BY attempt")
@@ -207,7 +254,7 @@ async fn tasks_of_paused_deleted_or_edited_timers_are_cancelled_not_run() {
         sqlx::query_scalar("SELECT version FROM timers WHERE id = $1").bind(edited).fetch_one(&db.pool).await.unwrap();
     assert_eq!(version, 2, "an edit bumps the version");
 
-    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.iter().map(|s| s.timer_id).collect::<Vec<_>>(), vec![kept]);
     for id in &ids[..3] {
         assert_eq!(row(&db, *id).await.0, "cancelled");
@@ -274,9 +321,12 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
     {
         let t = timer_with(&db, "overlap_policy", policy).await;
         let ids = claimed_tasks(&db, t, 3).await;
-        assert_eq!(task::start(&db.pool, "exec-1", &[(ids[0], 1)]).await.unwrap().len(), 1);
-        let n = task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap().len()
-            + task::start(&db.pool, "exec-1", &[(ids[2], 1)]).await.unwrap().len();
+        assert_eq!(
+            task::start(&db.pool, "exec-1", &[(ids[0], 1)], &task::ActionCache::default()).await.unwrap().len(),
+            1
+        );
+        let n = task::start(&db.pool, "exec-1", &[(ids[1], 1)], &task::ActionCache::default()).await.unwrap().len()
+            + task::start(&db.pool, "exec-1", &[(ids[2], 1)], &task::ActionCache::default()).await.unwrap().len();
         assert_eq!(n, if policy == "allow" { 2 } else { 0 }, "{policy}: later occurrences started");
         assert_eq!(row(&db, ids[1]).await.0, second, "{policy}: the second occurrence");
         assert_eq!(row(&db, ids[2]).await.0, third, "{policy}: the third occurrence");
@@ -288,7 +338,10 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let again = task::claim(&db.pool, "s", Duration::from_secs(5), Duration::from_secs(30), 100).await.unwrap();
             assert_eq!(again.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
-            assert_eq!(task::start(&db.pool, "exec-1", &[(ids[1], 1)]).await.unwrap().len(), 1);
+            assert_eq!(
+                task::start(&db.pool, "exec-1", &[(ids[1], 1)], &task::ActionCache::default()).await.unwrap().len(),
+                1
+            );
         }
     }
 }
@@ -352,7 +405,7 @@ async fn a_batch_starts_and_finishes_without_reading_tables_over_and_over() {
     flush().await.unwrap();
     let before = rows_read(&db).await;
     let batch: Vec<(i64, i32)> = claimed.iter().step_by(7).take(500).copied().collect();
-    let started = task::start(&one, "exec-1", &batch).await.unwrap();
+    let started = task::start(&one, "exec-1", &batch, &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.len(), 500);
     let outcomes: Vec<Outcome> =
         started.iter().map(|s| Outcome { started_at: s.started_at, ..outcome(s.id, 1, Next::Succeeded) }).collect();

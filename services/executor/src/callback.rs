@@ -278,7 +278,7 @@ impl Attempt {
     /// Decides what becomes of the task: success; another attempt after the policy's
     /// backoff (or the target's Retry-After, when longer); or dead.
     pub fn into_outcome(self, task: &StartedTask, jitter: f64) -> Outcome {
-        let policy = task.retry_policy();
+        let policy = task.retry;
         let next = if self.error.is_none() {
             Next::Succeeded
         } else if self.retryable && policy.has_attempt_after(task.attempt) {
@@ -303,7 +303,7 @@ impl Attempt {
 /// Runs the task's callback, when its target has room for another call. Never fails: every
 /// error is an attempt that failed.
 pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
-    let (url, target) = match task.http_url.as_deref().map(|raw| caller.parse(raw)) {
+    let (url, target) = match task.action.http_url.as_deref().map(|raw| caller.parse(raw)) {
         Some(Ok(parsed)) => parsed,
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
@@ -326,9 +326,9 @@ async fn request(
     url: Url,
     task: &StartedTask,
 ) -> Result<(u16, String, Option<Duration>), (String, bool)> {
-    let method = reqwest::Method::from_bytes(task.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
+    let method = reqwest::Method::from_bytes(task.action.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
     let mut headers = HeaderMap::new();
-    if let Value::Object(map) = &task.http_headers {
+    if let Value::Object(map) = &task.action.http_headers {
         for (name, value) in map {
             let (Ok(name), Some(Ok(value))) =
                 (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str))
@@ -341,8 +341,9 @@ async fn request(
     let identity = task.identity();
     headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
-    let mut request = client.request(method, url).timeout(Duration::from_millis(task.http_timeout_ms.max(1) as u64));
-    match &task.http_body {
+    let mut request =
+        client.request(method, url).timeout(Duration::from_millis(task.action.http_timeout_ms.max(1) as u64));
+    match &task.action.http_body {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => request = request.body(text.clone()),
         Some(json) => {
@@ -399,6 +400,8 @@ fn describe(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use punctual_shared::retry::RetryPolicy;
+    use punctual_shared::task::Action;
 
     #[test]
     fn which_answers_are_retried() {
@@ -419,20 +422,19 @@ mod tests {
             scheduled_at: Utc::now(),
             attempt: 1,
             started_at: Utc::now(),
-            action_kind: "http".into(),
-            http_method: "POST".into(),
-            http_url: Some(url.into()),
-            http_headers: Value::Object(Default::default()),
-            http_body: None,
-            http_timeout_ms: 10_000,
-            kafka_topic: None,
-            kafka_key: None,
-            kafka_headers: Value::Null,
-            kafka_value: None,
-            retry_max_attempts: 1,
-            retry_initial_ms: 1_000,
-            retry_multiplier: 2.0,
-            retry_max_ms: 60_000,
+            action: Arc::new(Action {
+                action_kind: "http".into(),
+                http_method: "POST".into(),
+                http_url: Some(url.into()),
+                http_headers: Value::Object(Default::default()),
+                http_body: None,
+                http_timeout_ms: 10_000,
+                kafka_topic: None,
+                kafka_key: None,
+                kafka_headers: Value::Null,
+                kafka_value: None,
+            }),
+            retry: RetryPolicy { max_attempts: 1, initial_ms: 1_000, multiplier: 2.0, max_ms: 60_000 },
         }
     }
 

@@ -18,24 +18,24 @@ pub const IDENTITY_HEADER: &str = "punctual-idempotency-key";
 pub async fn publish(producer: &Producer, task: &StartedTask) -> Attempt {
     let started = Instant::now();
     let failed = |error: String, retryable: bool| Attempt::failed(error, retryable, started.elapsed());
-    let Some(topic) = task.kafka_topic.as_deref() else {
+    let Some(topic) = task.action.kafka_topic.as_deref() else {
         return failed("timer has no kafka_topic".into(), false);
     };
     let identity = task.identity();
-    let key = task.kafka_key.clone().unwrap_or_else(|| identity.clone());
-    let value = serde_json::to_vec(task.kafka_value.as_ref().unwrap_or(&Value::Null)).expect("JSON serializes");
+    let key = task.action.kafka_key.clone().unwrap_or_else(|| identity.clone());
+    let value = serde_json::to_vec(task.action.kafka_value.as_ref().unwrap_or(&Value::Null)).expect("JSON serializes");
     let attempt = task.attempt.to_string();
     let mut headers = OwnedHeaders::new()
         .insert(Header { key: IDENTITY_HEADER, value: Some(identity.as_bytes()) })
         .insert(Header { key: "punctual-attempt", value: Some(attempt.as_bytes()) });
-    if let Value::Object(map) = &task.kafka_headers {
+    if let Value::Object(map) = &task.action.kafka_headers {
         for (name, value) in map {
             let value = value.as_str().unwrap_or_default();
             headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
         }
     }
     let record = FutureRecord::to(topic).key(&key).payload(&value).headers(headers);
-    let timeout = Duration::from_millis(task.http_timeout_ms.max(1) as u64);
+    let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
     let (generation, current) = producer.get();
     match current.send(record, timeout).await {
         Ok(_) => Attempt::succeeded(started.elapsed()),

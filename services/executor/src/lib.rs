@@ -49,6 +49,8 @@ pub struct App {
     pool: PgPool,
     consumer: Arc<TaskConsumer>,
     caller: Arc<callback::Caller>,
+    /// The actions of the timers whose tasks started here, by version.
+    actions: task::ActionCache,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
@@ -167,6 +169,7 @@ impl App {
             pool,
             consumer: Arc::new(consumer),
             caller,
+            actions: task::ActionCache::default(),
             metrics,
             listener: Some(listener),
             addr,
@@ -270,7 +273,7 @@ async fn consume(
         }
         let ids: Vec<(i64, i32)> = messages.iter().map(|(t, _, _)| (t.task_id, t.attempt)).collect();
         let started = loop {
-            match task::start(&app.pool, &app.owner, &ids).await {
+            match task::start(&app.pool, &app.owner, &ids, &app.actions).await {
                 Ok(started) => break started,
                 Err(e) => {
                     // Nothing is stored for these messages: retry, or after a restart they
@@ -309,7 +312,7 @@ async fn consume(
                     let lag = (Utc::now() - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     metrics.fire_lag.observe(lag.max(0.0));
                 }
-                let attempt = match started_task.action_kind.as_str() {
+                let attempt = match started_task.action.action_kind.as_str() {
                     "kafka" => kafka_action::publish(&producer, &started_task).await,
                     _ => callback::call(&caller, &started_task).await,
                 };
