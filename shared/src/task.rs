@@ -24,7 +24,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::retry::RetryPolicy;
@@ -298,7 +299,7 @@ impl From<RetryColumns> for RetryPolicy {
 }
 
 /// The actions an executor has read, by timer, each at the version it was read at. A
-/// timer's action changes only with its version, so [`start`] reads the action of a
+/// timer's action changes only with its version, so [`start`] decodes the action of a
 /// version once instead of with every task: decoding fourteen columns (two of them JSON)
 /// a task was a measured part of the executor's CPU (docs/BENCHMARKS.md, item 17). The
 /// retry policy is not part of it: it may change without a new version, so it is read
@@ -368,9 +369,9 @@ pub async fn start(
 ) -> Result<Vec<StartedTask>, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
-    let candidates: Vec<StartCandidate> = sqlx::query_as(&format!(
+    let rows: Vec<PgRow> = sqlx::query(&format!(
         "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, tm.version AS timer_version,
-                {RETRY_COLUMNS},
+                {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
                  AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond') AS unmarked
@@ -384,31 +385,25 @@ pub async fn start(
     .bind(UNMARKED_RUN_MARGIN_MS)
     .fetch_all(db)
     .await?;
+    let mut started = Vec::with_capacity(tasks.len());
     let mut marked = Vec::new();
-    let mut unknown: Vec<Uuid> = Vec::new();
-    let mut unmarked = Vec::with_capacity(candidates.len());
-    for candidate in candidates {
+    for row in &rows {
+        let candidate = StartCandidate::from_row(row)?;
         if !candidate.unmarked {
             marked.push((candidate.id, candidate.attempt));
             continue;
         }
-        let action = actions.get(candidate.timer_id, candidate.timer_version);
-        if action.is_none() {
-            unknown.push(candidate.timer_id);
-        }
-        unmarked.push((candidate, action));
-    }
-    if !unknown.is_empty() {
-        read_actions(db, &unknown, actions).await?;
-    }
-    let mut started = Vec::with_capacity(tasks.len());
-    for (candidate, action) in unmarked {
-        match action.or_else(|| actions.get(candidate.timer_id, candidate.timer_version)) {
-            Some(action) => started.push(candidate.into_started(action)),
-            // The timer changed between the two reads: the marked start judges the task
-            // against the timer as it is now (it cancels it).
-            None => marked.push((candidate.id, candidate.attempt)),
-        }
+        // The action's columns come with every row (one statement, whatever the cache
+        // holds), but are decoded only for a version not seen before.
+        let action = match actions.get(candidate.timer_id, candidate.timer_version) {
+            Some(action) => action,
+            None => {
+                let action = Arc::new(Action::from_row(row)?);
+                actions.put(candidate.timer_id, candidate.timer_version, action.clone());
+                action
+            }
+        };
+        started.push(candidate.into_started(action));
     }
     if !marked.is_empty() {
         started.extend(start_marked(db, owner, &marked).await?);
@@ -443,28 +438,6 @@ impl StartCandidate {
             retry: self.retry.into(),
         }
     }
-}
-
-/// Reads the current actions of these timers into the cache, each at its version.
-async fn read_actions(db: &PgPool, timer_ids: &[Uuid], actions: &ActionCache) -> Result<(), sqlx::Error> {
-    let rows: Vec<VersionedAction> = sqlx::query_as(&format!(
-        "SELECT tm.id AS timer_id, tm.version, {ACTION_COLUMNS} FROM timers tm WHERE tm.id = ANY($1)"
-    ))
-    .bind(timer_ids)
-    .fetch_all(db)
-    .await?;
-    for row in rows {
-        actions.put(row.timer_id, row.version, Arc::new(row.action));
-    }
-    Ok(())
-}
-
-#[derive(sqlx::FromRow)]
-struct VersionedAction {
-    timer_id: Uuid,
-    version: i64,
-    #[sqlx(flatten)]
-    action: Action,
 }
 
 /// A row of [`start_marked`]: a task that runs, with its timer's action.
