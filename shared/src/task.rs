@@ -371,7 +371,7 @@ pub async fn start(
     let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
         "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, tm.version AS timer_version,
-                {ACTION_COLUMNS}, {RETRY_COLUMNS},
+                tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
                  AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond') AS unmarked
@@ -394,12 +394,16 @@ pub async fn start(
             continue;
         }
         // The action's columns come with every row (one statement, whatever the cache
-        // holds), but are decoded only for a version not seen before.
-        let action = match actions.get(candidate.timer_id, candidate.timer_version) {
+        // holds), but are decoded only for a version not seen before. A one-shot timer's
+        // version is never seen again: it is not kept.
+        let cached = candidate.recurring.then(|| actions.get(candidate.timer_id, candidate.timer_version));
+        let action = match cached.flatten() {
             Some(action) => action,
             None => {
                 let action = Arc::new(Action::from_row(row)?);
-                actions.put(candidate.timer_id, candidate.timer_version, action.clone());
+                if candidate.recurring {
+                    actions.put(candidate.timer_id, candidate.timer_version, action.clone());
+                }
                 action
             }
         };
@@ -421,6 +425,8 @@ struct StartCandidate {
     attempt: i32,
     started_at: DateTime<Utc>,
     timer_version: i64,
+    /// An interval or cron timer, whose version fires again.
+    recurring: bool,
     #[sqlx(flatten)]
     retry: RetryColumns,
     unmarked: bool,

@@ -158,6 +158,20 @@ async fn a_timers_action_is_read_once_per_version() {
     let claimed = task::claim(&db.pool, "owner", Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
     let current = task::start(&db.pool, "exec-1", &first_attempts(&[claimed[0].id]), &actions).await.unwrap();
     assert_eq!(current[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/new"));
+
+    // A one-shot timer's version never fires again: its action is not kept.
+    let once: Uuid = sqlx::query_scalar(
+        "INSERT INTO timers (name, schedule_kind, run_at, http_url, plan_status)
+         VALUES ('once', 'once', now() + interval '1 s', 'http://127.0.0.1:9/once', 'planned') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let kept = actions.len();
+    let ran =
+        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, once, 1).await), &actions).await.unwrap();
+    assert_eq!(ran[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/once"));
+    assert_eq!(actions.len(), kept);
 }
 
 #[tokio::test]
