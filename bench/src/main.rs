@@ -47,7 +47,7 @@ enum Command {
         /// Folder for results.json, results.md and lag-vs-rate.svg.
         #[arg(long, default_value = "target/bench")]
         out: PathBuf,
-        /// Sustained rates to step through, fires/s (default: 1000,2500,5000,7500,10000,12500,15000,20000; smoke: 200).
+        /// Sustained rates to step through, fires/s (default: 1000,2500,5000,7500,10000,12500,15000,20000,25000; smoke: 200).
         #[arg(long, value_delimiter = ',')]
         rates: Option<Vec<u32>>,
         #[command(flatten)]
@@ -158,7 +158,7 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, server
         if smoke {
             vec![200]
         } else {
-            vec![1_000, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 20_000]
+            vec![1_000, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 20_000, 25_000]
         }
     });
     let duration = if smoke { 5 } else { 30 };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
 use punctual_testkit::stack::{dump_logs, metric_value};
-use punctual_testkit::{eventually, Call, Sink, Stack};
+use punctual_testkit::{eventually, Behaviour, Call, Sink, Stack};
 use serde_json::json;
 
 fn whole_seconds_from_now(s: i64) -> DateTime<Utc> {
@@ -178,4 +178,46 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
         .collect::<Vec<_>>();
     assert!(skipped.len() >= 3, "{skipped:?}");
     assert!(skipped.iter().all(|r| r["status"] == "cancelled"), "{skipped:?}");
+}
+
+/// `PUNCTUAL_MAX_IN_FLIGHT` bounds the tasks an executor has at once, from the message's
+/// arrival to its outcome's write-back, whatever the target would take: it is what keeps
+/// the executor's memory flat under a backlog (docs/BENCHMARKS.md, items 12 and 18). With a
+/// bound of 4, twelve occurrences due together reach a target that answers in 600 ms in
+/// waves of at most four; without it, all twelve would arrive together (16 calls at once
+/// per target are allowed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_has_at_most_max_in_flight_tasks_at_once() {
+    const BOUND: usize = 4;
+    const ANSWER: Duration = Duration::from_millis(600);
+    let sink = Sink::start().await;
+    sink.behave("/slow", Behaviour::slow(ANSWER));
+    let stack = Stack::start(&[("PUNCTUAL_MAX_IN_FLIGHT", BOUND.to_string())]).await;
+    let due = whole_seconds_from_now(3);
+    for i in 0..3 * BOUND {
+        stack
+            .create_timer(&json!({"name": format!("slow-{i}"), "schedule": {"at": due},
+                "action": {"http": {"url": sink.url("/slow")}}}))
+            .await;
+    }
+    eventually(Duration::from_secs(30), "every call", || async { (sink.calls().len() >= 3 * BOUND).then_some(()) })
+        .await;
+
+    let mut received: Vec<DateTime<Utc>> = sink.calls().iter().map(|c| c.received_at).collect();
+    received.sort();
+    let waves: Vec<i64> = received.iter().map(|t| (*t - received[0]).num_milliseconds()).collect();
+    // A slot is free again only once a call has been answered and its outcome written, so
+    // the call after any `BOUND` in a row arrives at least an answer's time after the first
+    // of them (less a margin for the clocks of two processes).
+    for k in 0..received.len() - BOUND {
+        let apart = received[k + BOUND] - received[k];
+        assert!(
+            apart >= chrono::Duration::milliseconds(ANSWER.as_millis() as i64 - 100),
+            "calls {k} and {} arrived {} ms apart; arrivals (ms after the first): {waves:?}\n{}",
+            k + BOUND,
+            apart.num_milliseconds(),
+            dump_logs(&stack)
+        );
+    }
+    println!("arrivals, ms after the first: {waves:?}");
 }

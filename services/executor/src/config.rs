@@ -27,10 +27,14 @@ pub struct ExecutorConfig {
     /// partitions to the others.
     #[arg(long, env = "PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
     pub kafka_session_timeout_ms: u64,
-    /// Most tasks running at once in this executor (a slow callback holds one slot, not a
-    /// partition), counting those received ahead of their due time and held until then:
-    /// about rate × `PUNCTUAL_PUBLISH_LEAD_MS` (4,000 at 20,000 fires/s with the default 200 ms).
-    #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 5_000)]
+    /// Most tasks in this executor at once (a slow callback holds one slot, not a
+    /// partition): those received ahead of their due time and held until then (about
+    /// rate × `PUNCTUAL_PUBLISH_LEAD_MS`: 4,000 at 20,000 fires/s with the default 200 ms),
+    /// those calling, and those whose outcome waits for the write-back. A slot is held for
+    /// the lead, the call and the write-back together, so at most this ÷ that long fires
+    /// a second: with 5,000, 25,000 fires/s offered waited for slots (mean start lag 50 ms,
+    /// lag p99 321 ms), with 20,000 they did not (1.0 ms, 81 ms; docs/BENCHMARKS.md, item 18).
+    #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 20_000)]
     pub max_in_flight: usize,
     /// Most HTTP calls at once to one target (scheme, host and port), and so most
     /// connections to it; further calls to it wait their turn (still counted in flight).
