@@ -229,12 +229,35 @@ impl Caller {
         if let Ok(permit) = target.turns.clone().try_acquire_owned() {
             return Turn { permit, target };
         }
-        self.waiting.inc();
-        target.waiting.fetch_add(1, Ordering::Relaxed);
-        let permit = target.turns.clone().acquire_owned().await.expect("semaphore never closed");
-        target.waiting.fetch_sub(1, Ordering::Relaxed);
-        self.waiting.dec();
+        let permit = {
+            let _waiting = Waiting::new(&self.waiting, &target);
+            target.turns.clone().acquire_owned().await.expect("semaphore never closed")
+        };
         Turn { permit, target }
+    }
+}
+
+/// A call counted as waiting for its turn (in `punctual_callbacks_waiting` and in its
+/// target's count, which lets the limit grow) for as long as this lives: until the turn
+/// comes, or until the waiting call is given up (its task aborted when the drain times
+/// out), so that neither count stays raised by a call that no longer waits.
+struct Waiting<'a> {
+    gauge: &'a IntGauge,
+    target: &'a Target,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(gauge: &'a IntGauge, target: &'a Target) -> Self {
+        gauge.inc();
+        target.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting { gauge, target }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.target.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.dec();
     }
 }
 
@@ -471,6 +494,31 @@ mod tests {
             assert_eq!(c.await.unwrap().http_status, Some(200));
         }
         assert_eq!(busy.calls().len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_call_given_up_while_it_waits_is_no_longer_counted_waiting() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
+        let waiting = IntGauge::new("waiting", "test").unwrap();
+        let caller = Arc::new(Caller::new(CallLimits { min: 1, max: 1 }, waiting.clone()).unwrap());
+        let calls = spawn_calls(&caller, &sink.url("/slow"), 3);
+        wait_for_calls(&sink, 1).await;
+        while waiting.get() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let target = caller.parse(&sink.url("/slow")).unwrap().1;
+        assert_eq!(target.waiting.load(Ordering::Relaxed), 2);
+        // Abandoned, as the drain timeout abandons running callbacks.
+        for c in &calls {
+            c.abort();
+        }
+        for c in calls {
+            let _ = c.await;
+        }
+        assert_eq!(waiting.get(), 0, "the gauge counts no call that stopped waiting");
+        assert_eq!(target.waiting.load(Ordering::Relaxed), 0, "nor does the target's count");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
