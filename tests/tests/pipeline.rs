@@ -208,7 +208,7 @@ async fn an_executor_has_at_most_max_in_flight_tasks_at_once() {
     let waves: Vec<i64> = received.iter().map(|t| (*t - received[0]).num_milliseconds()).collect();
     // A slot is free again only once a call has been answered and its outcome written, so
     // the call after any `BOUND` in a row arrives at least an answer's time after the first
-    // of them (less a margin for the clocks of two processes).
+    // of them (less a margin for scheduling; every time here is the sink's own clock).
     for k in 0..received.len() - BOUND {
         let apart = received[k + BOUND] - received[k];
         assert!(
