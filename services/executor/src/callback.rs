@@ -5,13 +5,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use chrono::Utc;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use hyper::{Method, Request, Uri};
+use hyper_tls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::IntGauge;
 use punctual_shared::task::{Next, Outcome, StartedTask};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use reqwest::Url;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use url::Url;
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
@@ -29,7 +35,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// 512 (docs/BENCHMARKS.md, item 12). A target sees at most `max` connections from an
 /// executor, as from a connection-limited proxy (Envoy's default limit is 1,024).
 pub struct Caller {
-    client: reqwest::Client,
+    client: HttpClient,
     limits: CallLimits,
     /// One entry per target called since the start; a few hundred bytes each.
     targets: Mutex<HashMap<String, Arc<Target>>>,
@@ -42,8 +48,17 @@ pub struct Caller {
     waiting: IntGauge,
 }
 
-/// A URL parsed, and its target.
-type ParsedUrl = (Url, Arc<Target>);
+/// hyper's HTTP/1.1 client, with TLS for `https` targets.
+///
+/// Not reqwest, which wraps this same client: reqwest 0.12 (and 0.13) formats every
+/// response's request URI as a string and parses it again as a `Url` (IDNA included), for
+/// a redirect it may have followed; that was 5 % of the executor's CPU at 20,000 calls/s
+/// (`perf record --call-graph dwarf`, docs/BENCHMARKS.md item 18). Callbacks follow no
+/// redirects, so nothing is lost by calling hyper directly.
+type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A URL checked and parsed for the client, and its target.
+type ParsedUrl = (Uri, Arc<Target>);
 
 /// Most URLs kept parsed (a few hundred bytes each).
 const MAX_PARSED_URLS: usize = 10_000;
@@ -194,22 +209,34 @@ impl Caller {
     /// with fewer, every burst above the pool's size opens connections that are closed again
     /// right after, and connect/close becomes the executor's main cost (measured: a third of
     /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
-    pub fn new(limits: CallLimits, waiting: IntGauge) -> reqwest::Result<Self> {
-        let client = reqwest::Client::builder()
+    pub fn new(limits: CallLimits, waiting: IntGauge) -> Result<Self, native_tls::Error> {
+        let mut http = HttpConnector::new();
+        // `https` URLs go through the TLS connector, which hands them to this one.
+        http.enforce_http(false);
+        // A callback is one small request: waiting to fill a segment only delays it.
+        http.set_nodelay(true);
+        let tls = native_tls::TlsConnector::new()?;
+        let connector = HttpsConnector::from((http, tokio_native_tls::TlsConnector::from(tls)));
+        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(limits.max)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("punctual/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+            .build(connector);
         Ok(Self { client, limits, targets: Mutex::new(HashMap::new()), parsed: Mutex::new(HashMap::new()), waiting })
     }
 
-    /// `raw` parsed, and its target (scheme, host and port).
-    fn parse(&self, raw: &str) -> Result<ParsedUrl, url::ParseError> {
-        if let Some((url, calls)) = self.parsed.lock().expect("parsed lock").get(raw) {
-            return Ok((url.clone(), calls.clone()));
+    /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
+    /// (scheme, host and port).
+    fn parse(&self, raw: &str) -> Result<ParsedUrl, String> {
+        if let Some((uri, calls)) = self.parsed.lock().expect("parsed lock").get(raw) {
+            return Ok((uri.clone(), calls.clone()));
         }
-        let url = Url::parse(raw)?;
+        let url = Url::parse(raw).map_err(|e| e.to_string())?;
+        if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+            return Err(format!("not an http or https URL: {raw:?}"));
+        }
+        // The `url` crate's form (host in ASCII, path percent-encoded) is one `Uri` accepts.
+        let uri: Uri = url.as_str().parse().map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
         let target =
             format!("{}://{}:{}", url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
         let calls = {
@@ -220,8 +247,8 @@ impl Caller {
         if parsed.len() >= MAX_PARSED_URLS {
             parsed.clear();
         }
-        parsed.insert(raw.into(), (url.clone(), calls.clone()));
-        Ok((url, calls))
+        parsed.insert(raw.into(), (uri.clone(), calls.clone()));
+        Ok((uri, calls))
     }
 
     /// A turn to call `target`; waits while its limit of calls is in flight.
@@ -326,14 +353,18 @@ impl Attempt {
 /// Runs the task's callback, when its target has room for another call. Never fails: every
 /// error is an attempt that failed.
 pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
-    let (url, target) = match task.action.http_url.as_deref().map(|raw| caller.parse(raw)) {
+    let (uri, target) = match task.action.http_url.as_deref().map(|raw| caller.parse(raw)) {
         Some(Ok(parsed)) => parsed,
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
     };
     let turn = caller.turn(target).await;
     let started = Instant::now();
-    let answer = request(&caller.client, url, task).await;
+    let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
+    let answer = match tokio::time::timeout(timeout, request(&caller.client, uri, task)).await {
+        Ok(answer) => answer,
+        Err(_) => Err((format!("timed out: no answer within {} ms", timeout.as_millis()), true)),
+    };
     let ended = Instant::now();
     let took = ended - started;
     turn.end(ended, took);
@@ -343,14 +374,20 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
     }
 }
 
+/// The user agent of every callback.
+const PUNCTUAL_USER_AGENT: &str = concat!("punctual/", env!("CARGO_PKG_VERSION"));
+
 /// Ok: status, body excerpt, Retry-After. Err: what went wrong, and whether it may pass.
+/// The caller bounds it by the timer's timeout, the answer's body included.
 async fn request(
-    client: &reqwest::Client,
-    url: Url,
+    client: &HttpClient,
+    uri: Uri,
     task: &StartedTask,
 ) -> Result<(u16, String, Option<Duration>), (String, bool)> {
-    let method = reqwest::Method::from_bytes(task.action.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
-    let mut headers = HeaderMap::new();
+    let method = Method::from_bytes(task.action.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
+    let mut request = Request::builder().method(method).uri(uri);
+    let headers = request.headers_mut().expect("a new request builder has headers");
+    headers.insert(USER_AGENT, HeaderValue::from_static(PUNCTUAL_USER_AGENT));
     if let Value::Object(map) = &task.action.http_headers {
         for (name, value) in map {
             let (Ok(name), Some(Ok(value))) =
@@ -364,28 +401,32 @@ async fn request(
     let identity = task.identity();
     headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
-    let mut request =
-        client.request(method, url).timeout(Duration::from_millis(task.action.http_timeout_ms.max(1) as u64));
-    match &task.action.http_body {
-        None | Some(Value::Null) => {}
-        Some(Value::String(text)) => request = request.body(text.clone()),
+    let body = match &task.action.http_body {
+        None | Some(Value::Null) => Bytes::new(),
+        Some(Value::String(text)) => Bytes::from(text.clone()),
         Some(json) => {
             if !headers.contains_key(CONTENT_TYPE) {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             }
-            request = request.body(json.to_string());
+            Bytes::from(json.to_string())
         }
-    }
-    let mut response = request.headers(headers).send().await.map_err(|e| (describe(&e), true))?;
+    };
+    let request = request.body(Full::new(body)).map_err(|e| (e.to_string(), false))?;
+    let response = client.request(request).await.map_err(|e| (describe(&e), true))?;
     let status = response.status().as_u16();
     let retry_after = response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
+    let mut body = response.into_body();
     let mut excerpt = Vec::new();
     while excerpt.len() < EXCERPT_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())]),
-            Ok(None) => break,
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(chunk) = frame.data_ref() {
+                    excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())]);
+                }
+            }
+            None => break,
             // The status is what counts; a body cut short is kept as far as it came.
-            Err(_) => break,
+            Some(Err(_)) => break,
         }
     }
     Ok((status, String::from_utf8_lossy(&excerpt).into_owned(), retry_after))
@@ -402,15 +443,9 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     Some(wait.min(MAX_RETRY_AFTER))
 }
 
-fn describe(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "request failed"
-    };
-    // reqwest's Display omits the cause chain; the cause says what went wrong.
+fn describe(e: &hyper_util::client::legacy::Error) -> String {
+    let kind = if e.is_connect() { "connection failed" } else { "request failed" };
+    // The error's Display omits the cause chain; the cause says what went wrong.
     let mut text = format!("{kind}: {e}");
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -581,6 +616,57 @@ mod tests {
     fn the_limits_are_kept_within_one_and_max() {
         assert_eq!(Target::new(CallLimits { min: 0, max: 8 }).limit(), 1);
         assert_eq!(Target::new(CallLimits { min: 32, max: 8 }).limit(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_call_slower_than_its_timeout_times_out_and_may_be_retried() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/slow", Behaviour::slow(Duration::from_secs(5)));
+        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let mut task = task_calling(&sink.url("/slow"));
+        Arc::get_mut(&mut task.action).unwrap().http_timeout_ms = 300;
+        let started = Instant::now();
+        let attempt = call(&caller, &task).await;
+        assert!(started.elapsed() < Duration::from_secs(2), "gave up after the timeout: {:?}", started.elapsed());
+        assert!(attempt.retryable);
+        assert_eq!(attempt.http_status, None);
+        assert_eq!(attempt.error.as_deref(), Some("timed out: no answer within 300 ms"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_kept_with_its_status_headers_and_body() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/busy", Behaviour { script: vec![503], retry_after: Some("7".into()), ..Default::default() });
+        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let mut task = task_calling(&sink.url("/busy?x=1"));
+        let action = Arc::get_mut(&mut task.action).unwrap();
+        action.http_method = "PUT".into();
+        action.http_headers = serde_json::json!({"X-Env": "prod"});
+        action.http_body = Some(serde_json::json!({"k": 1}));
+        let attempt = call(&caller, &task).await;
+        assert_eq!(attempt.http_status, Some(503));
+        assert!(attempt.retryable);
+        assert_eq!(attempt.retry_after, Some(Duration::from_secs(7)));
+        let received = &sink.calls()[0];
+        assert_eq!((received.method.as_str(), received.path.as_str()), ("PUT", "/busy"));
+        assert_eq!(received.headers["x-env"], "prod");
+        assert_eq!(received.headers["content-type"], "application/json");
+        assert_eq!(received.headers["x-punctual-attempt"], "1");
+        assert!(received.headers["user-agent"].to_str().unwrap().starts_with("punctual/"));
+        assert_eq!(received.idempotency_key.as_deref(), Some(task.identity().as_str()));
+        assert_eq!(serde_json::from_slice::<Value>(&received.body).unwrap(), serde_json::json!({"k": 1}));
+    }
+
+    #[tokio::test]
+    async fn a_url_that_is_not_http_fails_for_good_without_a_call() {
+        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        for url in ["ftp://127.0.0.1/x", "mailto:ops@example.com"] {
+            let attempt = call(&caller, &task_calling(url)).await;
+            assert!(!attempt.retryable, "{url}");
+            assert!(attempt.error.unwrap().starts_with("invalid http_url: not an http or https URL"), "{url}");
+        }
     }
 
     #[tokio::test]
