@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use punctual_scanner::planner::Planner;
 use punctual_shared::task;
 use punctual_testkit::TestDb;
@@ -299,4 +299,123 @@ async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
     // fire_all within a 10-minute catch-up window: the 9 minutes of it beyond the threshold.
     let all = missed(task_times(&db, ids[2]).await);
     assert!((539..=541).contains(&all), "fire_all: {all}");
+}
+
+/// The statements docs/sql.md gives for pruning history, read from the doc so the two
+/// cannot part: the SQL blocks of the section after the comment naming this test. The
+/// first prunes recurring timers' runs, the second finished one-shot timers.
+fn documented_prune_statements() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sql.md")).unwrap();
+    let section = doc
+        .split_once("pruning_old_occurrences_of_recurring_timers_never_lets_one_fire_again")
+        .expect("docs/sql.md names this test before its prune statements")
+        .1;
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .split("```sql")
+        .skip(1)
+        .map(|b| b.split_once("```").expect("the SQL block ends").0.trim().to_owned())
+        .collect()
+}
+
+/// Pruning with the documented statements: the first removes old finished occurrences of
+/// recurring timers (and their attempts) and nothing else, and no occurrence it removed is
+/// planned again when its timer is edited. A one-shot timer's row must survive it: an edit
+/// sends the timer back to the planner at its fixed `run_at`, where only that row keeps it
+/// from firing a second time (with the row deleted, it is planned again). The second
+/// removes one-shot timers whose run finished long ago, and no other.
+#[tokio::test]
+async fn pruning_old_occurrences_of_recurring_timers_never_lets_one_fire_again() {
+    let db = TestDb::create().await;
+    // Whole seconds, so the times read back compare equal to those written.
+    let now = Utc::now().trunc_subsecs(0);
+    let days_ago = |d: i64| (now - chrono::Duration::days(d)).to_rfc3339();
+    let hourly = insert_sql(
+        &db,
+        "name, schedule_kind, cron_expr, http_url, plan_status, next_plan_at",
+        &format!("'hourly', 'cron', '0 0 * * * *', 'http://127.0.0.1:1/x', 'planned', '{}'", days_ago(-1)),
+    )
+    .await;
+    let once = insert_sql(
+        &db,
+        "name, schedule_kind, run_at, http_url, plan_status",
+        &format!("'once', 'once', '{}', 'http://127.0.0.1:1/x', 'done'", days_ago(40)),
+    )
+    .await;
+    // One-shot timers the second statement must keep: one that ran a day ago, one whose
+    // run is planned but not yet finished.
+    let once_recent = insert_sql(
+        &db,
+        "name, schedule_kind, run_at, http_url, plan_status",
+        &format!("'once-recent', 'once', '{}', 'http://127.0.0.1:1/x', 'done'", days_ago(1)),
+    )
+    .await;
+    let once_waiting = insert_sql(
+        &db,
+        "name, schedule_kind, run_at, http_url, plan_status",
+        &format!("'once-waiting', 'once', '{}', 'http://127.0.0.1:1/x', 'done'", days_ago(40)),
+    )
+    .await;
+    // (timer, occurrence, status, finished): old finished, old dead with an attempt,
+    // recent finished, old unfinished; and the one-shots' runs.
+    let rows = [
+        (hourly, days_ago(40), "succeeded", Some(days_ago(40))),
+        (hourly, days_ago(39), "dead", Some(days_ago(39))),
+        (hourly, days_ago(38), "cancelled", Some(days_ago(38))),
+        (hourly, days_ago(1), "succeeded", Some(days_ago(1))),
+        (hourly, days_ago(37), "pending", None),
+        (once, days_ago(40), "succeeded", Some(days_ago(40))),
+        (once_recent, days_ago(1), "succeeded", Some(days_ago(1))),
+        (once_waiting, days_ago(40), "pending", None),
+    ];
+    for (timer, at, status, finished) in &rows {
+        sqlx::query(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, finished_at)
+             VALUES ($1, $2::timestamptz, $2::timestamptz, 1, 0, $3, $4::timestamptz)",
+        )
+        .bind(timer)
+        .bind(at)
+        .bind(status)
+        .bind(finished)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO task_attempts (task_id, attempt, error) SELECT id, 1, 'failed' FROM tasks WHERE status = 'dead'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let statements = documented_prune_statements();
+    assert_eq!(statements.len(), 2, "{statements:?}");
+    let pruned = sqlx::query(&statements[0]).execute(&db.pool).await.unwrap().rows_affected();
+    assert_eq!(pruned, 3, "the three finished occurrences of the recurring timer older than 30 days");
+    let hourly_left = task_times(&db, hourly).await;
+    let hourly_expected: Vec<DateTime<Utc>> = [37, 1].iter().map(|d| now - chrono::Duration::days(*d)).collect();
+    assert_eq!(hourly_left, hourly_expected, "the old unfinished and the recent occurrences are kept");
+    assert_eq!(task_times(&db, once).await.len(), 1, "a one-shot timer's run is kept");
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM task_attempts").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(attempts, 0, "the pruned dead task's attempt went with it");
+
+    // Edit both timers: each goes back to the planner.
+    sqlx::query("UPDATE timers SET http_url = 'http://127.0.0.1:2/y'").execute(&db.pool).await.unwrap();
+    planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    let once_runs: Vec<(String, DateTime<Utc>)> =
+        sqlx::query_as("SELECT status, scheduled_at FROM tasks WHERE timer_id = $1")
+            .bind(once)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(once_runs.len(), 1);
+    assert_eq!(once_runs[0].0, "succeeded", "the one-shot's run is not planned again");
+    let old_again = task_times(&db, hourly).await.into_iter().filter(|t| *t < now - chrono::Duration::days(37)).count();
+    assert_eq!(old_again, 0, "no pruned occurrence of the recurring timer is planned again");
+
+    let deleted = sqlx::query(&statements[1]).execute(&db.pool).await.unwrap().rows_affected();
+    assert_eq!(deleted, 1, "only the one-shot timer whose run finished 40 days ago");
+    let left: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM timers ORDER BY name").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(left, vec![hourly, once_recent, once_waiting]);
+    assert!(task_times(&db, once).await.is_empty(), "its run went with it");
 }
