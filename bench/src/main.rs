@@ -162,6 +162,8 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, server
         }
     });
     let duration = if smoke { 5 } else { 30 };
+    results.claim_baseline_before =
+        Some(baselines::claim(&servers.clone().start().database_server, claim_rows, 5_000).await?);
     for rate in rates {
         results.sustained.push(scenarios::sustained(&servers.clone().start(), rate, duration).await?);
     }
