@@ -9,6 +9,7 @@ pub mod ops;
 pub mod policy;
 pub mod retry;
 pub mod schedule;
+pub mod supervisor;
 pub mod task;
 pub mod telemetry;
 pub mod timer;

@@ -12,6 +12,15 @@ use chrono_tz::Tz;
 
 /// The smallest interval accepted for `interval` timers (and checked by the schema too).
 pub const MIN_INTERVAL_MS: i64 = 1_000;
+/// The longest delay, interval or catch-up window: 100 years (of 365.25 days). Together
+/// with [`EARLIEST_MS`] and [`LATEST_MS`] it keeps every occurrence far inside the range of
+/// chrono and Postgres, so no arithmetic on a stored timer can overflow.
+pub const MAX_SPAN_MS: i64 = 3_155_760_000_000;
+/// The earliest instant a schedule may name: 1970-01-01T00:00:00Z.
+pub const EARLIEST_MS: i64 = 0;
+/// The latest instant a schedule may name: 9999-12-31T23:59:59.999Z.
+pub const LATEST_MS: i64 = 253_402_300_799_999;
+const DAY_MS: i64 = 86_400_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -27,6 +36,8 @@ pub enum ScheduleError {
     Missing(&'static str, &'static str),
     #[error("end_at must be after start_at")]
     EmptyBounds,
+    #[error("must be between {min} and {max}, got {value}")]
+    OutOfRange { field: &'static str, min: String, max: String, value: String },
 }
 
 impl ScheduleError {
@@ -39,6 +50,7 @@ impl ScheduleError {
             ScheduleError::NegativeDelay(_) => "schedule.delay_ms",
             ScheduleError::Missing(field, _) => field,
             ScheduleError::EmptyBounds => "schedule.end_at",
+            ScheduleError::OutOfRange { field, .. } => field,
         }
     }
 }
@@ -121,6 +133,12 @@ impl CronSchedule {
     }
 
     fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Nothing is searched outside the instants a schedule may name (with a day's
+        // margin for the zone's offset): near chrono's limits both the local time and the
+        // cron crate's own arithmetic would overflow.
+        if !(EARLIEST_MS - DAY_MS..=LATEST_MS).contains(&t.timestamp_millis()) {
+            return None;
+        }
         // Matches are searched on the local wall clock (a naive time, carried in a Utc
         // value as a zone without transitions), then mapped back through the zone.
         let mut wall = self.tz.from_utc_datetime(&t.naive_utc()).naive_local();
@@ -150,7 +168,7 @@ impl CronSchedule {
 fn first_valid_after(tz: Tz, missing: NaiveDateTime) -> Option<DateTime<Utc>> {
     let mut wall = missing.duration_trunc(Duration::minutes(1)).ok()?;
     for _ in 0..(48 * 60) {
-        wall += Duration::minutes(1);
+        wall = wall.checked_add_signed(Duration::minutes(1))?;
         match tz.from_local_datetime(&wall) {
             LocalResult::Single(d) | LocalResult::Ambiguous(d, _) => return Some(d.with_timezone(&Utc)),
             LocalResult::None => {}
@@ -221,6 +239,29 @@ pub struct Schedule {
     pub end_at: Option<DateTime<Utc>>,
 }
 
+/// Checks that a delay, interval or catch-up window is at most [`MAX_SPAN_MS`] (and not
+/// negative).
+pub fn check_span(field: &'static str, ms: i64) -> Result<(), ScheduleError> {
+    if (0..=MAX_SPAN_MS).contains(&ms) {
+        Ok(())
+    } else {
+        Err(ScheduleError::OutOfRange { field, min: "0".into(), max: MAX_SPAN_MS.to_string(), value: ms.to_string() })
+    }
+}
+
+/// Checks that an instant lies within [`EARLIEST_MS`]..=[`LATEST_MS`].
+pub fn check_instant(field: &'static str, t: DateTime<Utc>) -> Result<(), ScheduleError> {
+    if (EARLIEST_MS..=LATEST_MS).contains(&t.timestamp_millis()) {
+        return Ok(());
+    }
+    let show = |ms| DateTime::from_timestamp_millis(ms).map(|d| d.to_rfc3339()).unwrap_or_default();
+    Err(ScheduleError::OutOfRange { field, min: show(EARLIEST_MS), max: show(LATEST_MS), value: t.to_rfc3339() })
+}
+
+fn millis(ms: i64) -> Option<Duration> {
+    Duration::try_milliseconds(ms)
+}
+
 /// Truncates to the millisecond: occurrences are identified at that precision.
 pub fn to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(Duration::milliseconds(1)).unwrap_or(t)
@@ -236,8 +277,16 @@ impl Schedule {
             ScheduleKind::Interval { every_ms } if *every_ms < MIN_INTERVAL_MS => {
                 return Err(ScheduleError::IntervalTooShort(*every_ms))
             }
+            ScheduleKind::Interval { every_ms } => check_span("schedule.every_ms", *every_ms)?,
             ScheduleKind::Delay { delay_ms } if *delay_ms < 0 => return Err(ScheduleError::NegativeDelay(*delay_ms)),
-            _ => {}
+            ScheduleKind::Delay { delay_ms } => check_span("schedule.delay_ms", *delay_ms)?,
+            ScheduleKind::Once { at } => check_instant("schedule.at", *at)?,
+            ScheduleKind::Cron(_) => {}
+        }
+        for (field, bound) in [("schedule.start_at", start_at), ("schedule.end_at", end_at)] {
+            if let Some(t) = bound {
+                check_instant(field, t)?;
+            }
         }
         if let (Some(s), Some(e)) = (start_at, end_at) {
             if e <= s {
@@ -258,7 +307,7 @@ impl Schedule {
     pub fn one_shot_at(&self, created_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let at = match self.kind {
             ScheduleKind::Once { at } => at,
-            ScheduleKind::Delay { delay_ms } => created_at + Duration::milliseconds(delay_ms),
+            ScheduleKind::Delay { delay_ms } => created_at.checked_add_signed(millis(delay_ms)?)?,
             _ => return None,
         };
         Some(to_millis(at)).filter(|at| self.end_at.is_none_or(|end| *at < end))
@@ -270,26 +319,31 @@ impl Schedule {
             Some(start) if start > from => start,
             _ => from,
         };
-        self.next_after(created_at, from - Duration::milliseconds(1))
+        self.next_after(created_at, from.checked_sub_signed(Duration::milliseconds(1))?)
     }
 
     /// The earliest occurrence strictly after `t`, or `None` if there is none.
     pub fn next_after(&self, created_at: DateTime<Utc>, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let t = match self.start_at {
             // Occurrences start at start_at: search from just before it.
-            Some(start) if start > t => start - Duration::milliseconds(1),
+            Some(start) if start > t => start.checked_sub_signed(Duration::milliseconds(1))?,
             _ => t,
         };
         let next = match &self.kind {
             ScheduleKind::Once { .. } | ScheduleKind::Delay { .. } => self.one_shot_at(created_at).filter(|at| *at > t),
             ScheduleKind::Interval { every_ms } => {
-                let anchor = to_millis(self.start_at.unwrap_or(created_at + Duration::milliseconds(*every_ms)));
+                let every = millis(*every_ms).filter(|_| *every_ms > 0)?;
+                let anchor = match self.start_at {
+                    Some(start) => start,
+                    None => created_at.checked_add_signed(every)?,
+                };
+                let anchor = to_millis(anchor);
                 if t < anchor {
                     Some(anchor)
                 } else {
-                    let elapsed = (t - anchor).num_milliseconds();
-                    let k = elapsed / every_ms + 1;
-                    Some(anchor + Duration::milliseconds(k * every_ms))
+                    let elapsed = t.signed_duration_since(anchor).num_milliseconds();
+                    let k = (elapsed / every_ms).checked_add(1)?;
+                    anchor.checked_add_signed(millis(k.checked_mul(*every_ms)?)?)
                 }
             }
             ScheduleKind::Cron(cron) => cron.next_after(t),
@@ -467,6 +521,127 @@ mod tests {
         );
         // Planning that starts inside the repeated hour does not fire it again.
         assert_eq!(fires(&ny, "2026-11-01T06:10:00Z", 1), vec![utc("2026-11-02T06:00:00Z")]);
+    }
+
+    #[test]
+    fn values_out_of_range_are_rejected_with_their_field() {
+        let end_of_time = DateTime::<Utc>::MAX_UTC;
+        let cases = [
+            (ScheduleKind::Delay { delay_ms: i64::MAX }, None, None, "schedule.delay_ms"),
+            (ScheduleKind::Delay { delay_ms: MAX_SPAN_MS + 1 }, None, None, "schedule.delay_ms"),
+            (ScheduleKind::Interval { every_ms: i64::MAX }, None, None, "schedule.every_ms"),
+            (ScheduleKind::Once { at: end_of_time }, None, None, "schedule.at"),
+            (ScheduleKind::Once { at: utc("1969-12-31T23:59:59.999Z") }, None, None, "schedule.at"),
+            (ScheduleKind::Interval { every_ms: 1000 }, Some(DateTime::<Utc>::MIN_UTC), None, "schedule.start_at"),
+            (ScheduleKind::Interval { every_ms: 1000 }, None, Some(end_of_time), "schedule.end_at"),
+        ];
+        for (kind, start, end, field) in cases {
+            let e = Schedule::new(kind.clone(), start, end).unwrap_err();
+            assert_eq!(e.field(), field, "{kind:?}: {e}");
+        }
+        // The bounds themselves are accepted.
+        let latest = DateTime::from_timestamp_millis(LATEST_MS).unwrap();
+        assert!(Schedule::new(ScheduleKind::Once { at: latest }, None, None).is_ok());
+        assert!(Schedule::new(ScheduleKind::Delay { delay_ms: MAX_SPAN_MS }, None, None).is_ok());
+        assert!(Schedule::new(ScheduleKind::Interval { every_ms: MAX_SPAN_MS }, None, Some(latest)).is_ok());
+    }
+
+    #[test]
+    fn occurrences_past_the_end_of_time_are_none_not_a_panic() {
+        // Values a row may hold (created_at is the user's to write too), reached through
+        // arithmetic the planner does: each answer is "no occurrence", never an overflow.
+        let at_max = DateTime::<Utc>::MAX_UTC;
+        let delay = Schedule { kind: ScheduleKind::Delay { delay_ms: MAX_SPAN_MS }, start_at: None, end_at: None };
+        assert_eq!(delay.one_shot_at(at_max), None);
+        let every = Schedule { kind: ScheduleKind::Interval { every_ms: i64::MAX }, start_at: None, end_at: None };
+        assert_eq!(every.first_from(at_max, at_max), None);
+        assert_eq!(every.next_after(utc("2026-01-01T00:00:00Z"), at_max), None);
+        let from_min =
+            Schedule { kind: ScheduleKind::Interval { every_ms: 1000 }, start_at: Some(at_max), end_at: None };
+        assert_eq!(from_min.first_from(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MIN_UTC), Some(to_millis(at_max)));
+        let c = cron("* * * * * *", "Pacific/Kiritimati");
+        assert_eq!(c.next_after(at_max, at_max), None);
+        assert_eq!(c.first_from(DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MIN_UTC), None);
+    }
+
+    mod never_panics {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn instant() -> impl Strategy<Value = DateTime<Utc>> {
+            prop_oneof![
+                Just(DateTime::<Utc>::MIN_UTC),
+                Just(DateTime::<Utc>::MAX_UTC),
+                Just(DateTime::from_timestamp_millis(LATEST_MS).unwrap()),
+                (DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp())
+                    .prop_map(|s| DateTime::from_timestamp(s, 0).unwrap()),
+                (-10_000_000_000i64..300_000_000_000).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap()),
+            ]
+        }
+
+        fn millis() -> impl Strategy<Value = i64> {
+            prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(0), Just(MAX_SPAN_MS), any::<i64>(), 0..100_000_000i64]
+        }
+
+        fn cron_field() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("*".to_owned()),
+                Just("*/7".to_owned()),
+                Just("L".to_owned()),
+                Just("?".to_owned()),
+                (0u32..100).prop_map(|n| n.to_string()),
+                (0u32..70, 0u32..70).prop_map(|(a, b)| format!("{a}-{b}")),
+                (0u32..70, 1u32..70).prop_map(|(a, b)| format!("{a}/{b}")),
+                "[A-Z0-9,#/LW*?-]{1,6}",
+            ]
+        }
+
+        fn kind() -> impl Strategy<Value = ScheduleKind> {
+            let zones = prop_oneof![
+                Just("UTC"),
+                Just("Europe/Berlin"),
+                Just("America/New_York"),
+                Just("Australia/Lord_Howe"),
+                Just("Pacific/Kiritimati")
+            ];
+            prop_oneof![
+                instant().prop_map(|at| ScheduleKind::Once { at }),
+                millis().prop_map(|delay_ms| ScheduleKind::Delay { delay_ms }),
+                millis().prop_map(|every_ms| ScheduleKind::Interval { every_ms }),
+                // Random fields rarely make an expression the parser accepts: a refused
+                // one stands in for the busiest expression there is.
+                (proptest::collection::vec(cron_field(), 5..=7), zones).prop_map(|(fields, zone)| {
+                    let cron = CronSchedule::parse(&fields.join(" "), zone)
+                        .unwrap_or_else(|_| CronSchedule::parse("* * * * * *", zone).unwrap());
+                    ScheduleKind::Cron(Box::new(cron))
+                }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// Whatever a row holds, checked or not: building, and each computation the
+            /// planner and the API make, either answers or refuses; none panics.
+            #[test]
+            fn schedule_arithmetic_never_panics(
+                kind in kind(),
+                start in proptest::option::of(instant()),
+                end in proptest::option::of(instant()),
+                created in instant(),
+                t in instant(),
+            ) {
+                let _ = Schedule::new(kind.clone(), start, end);
+                // Also unchecked, as a row stored before the checks would be.
+                let s = Schedule { kind, start_at: start, end_at: end };
+                let _ = s.one_shot_at(created);
+                let _ = s.first_from(created, t);
+                if let Some(next) = s.next_after(created, t) {
+                    prop_assert!(next > t);
+                }
+                let _ = s.upcoming(created, t, 3);
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
-use crate::schedule::{CronSchedule, DstGap, Schedule, ScheduleKind};
+use crate::schedule::{check_span, CronSchedule, DstGap, Schedule, ScheduleKind};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
@@ -254,9 +254,7 @@ impl TimerSpec {
         let action = self.action.validate()?;
         let retry = self.retry.unwrap_or_default().validate()?;
         let catchup_window_ms = self.catchup_window_ms.unwrap_or(DEFAULT_CATCHUP_WINDOW_MS);
-        if catchup_window_ms < 0 {
-            return Err(FieldError::new("catchup_window_ms", "must not be negative"));
-        }
+        check_span("catchup_window_ms", catchup_window_ms)?;
         Ok(NewTimer {
             namespace,
             name: self.name,
@@ -422,10 +420,19 @@ impl TimerRow {
             let column = match e.field() {
                 "schedule.every_ms" => "interval_ms",
                 "schedule.delay_ms" => "delay_ms",
+                "schedule.at" => "run_at",
+                "schedule.start_at" => "start_at",
                 _ => "end_at",
             };
             FieldError::new(column, e.to_string())
         })
+    }
+
+    /// The catch-up window, checked as the API checks it (the schema's CHECK bounds it
+    /// too, but a row may predate that check).
+    pub fn catchup_window(&self) -> Result<chrono::Duration, FieldError> {
+        check_span("catchup_window_ms", self.catchup_window_ms)?;
+        Ok(chrono::Duration::milliseconds(self.catchup_window_ms))
     }
 
     /// Parses the action columns; the error names the column at fault.

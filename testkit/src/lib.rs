@@ -7,6 +7,7 @@
 //! `PUNCTUAL_TEST_DATABASE_URL` (a server URL; each test creates its own database in it)
 //! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
 
+pub mod extreme_values;
 pub mod process;
 pub mod servers;
 pub mod sink;

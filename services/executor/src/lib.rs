@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
+use punctual_shared::supervisor::Supervisor;
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::client::ClientContext;
@@ -186,15 +187,21 @@ impl App {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
         let ops_token = CancellationToken::new();
         let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
-        let writer = tokio::spawn(write_back(
-            self.pool.clone(),
-            DeadLetters { producer: self.producer.clone(), topic: self.config.dead_topic.clone() },
-            self.consumer.clone(),
-            self.config.kafka.tasks_topic.clone(),
-            offsets.clone(),
-            self.metrics.clone(),
-            finished_rx,
-        ));
+        // A panic in the write-back stops the executor (it exits with an error) rather than
+        // leaving it taking messages whose outcomes are never written.
+        let tasks = Supervisor::new(token.clone());
+        tasks.spawn(
+            "write-back",
+            write_back(
+                self.pool.clone(),
+                DeadLetters { producer: self.producer.clone(), topic: self.config.dead_topic.clone() },
+                self.consumer.clone(),
+                self.config.kafka.tasks_topic.clone(),
+                offsets.clone(),
+                self.metrics.clone(),
+                finished_rx,
+            ),
+        );
         let runs = TaskTracker::new();
         let consumed = consume(&self, &offsets, &finished_tx, &runs, &token).await;
         drop(finished_tx);
@@ -203,12 +210,13 @@ impl App {
         if tokio::time::timeout(Duration::from_millis(self.config.drain_timeout_ms), runs.wait()).await.is_err() {
             tracing::warn!("drain timeout: abandoning running callbacks; their messages will be delivered again");
         }
-        let _ = writer.await;
+        let written = tasks.wait().await;
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final commit");
         }
         ops_token.cancel();
         ops.await.context("ops server panicked")?.context("serving ops endpoints")?;
+        written?;
         consumed
     }
 }

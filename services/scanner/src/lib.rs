@@ -1,7 +1,8 @@
 //! The scanner: plans timer occurrences into task rows, claims due tasks in lookahead
 //! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
 //!
-//! Four long-lived tasks under one cancellation token:
+//! Four long-lived tasks under one cancellation token (a panic in any of them stops the
+//! scanner, which exits with an error for its supervisor to restart):
 //! * the listener ([`listen_for_timers`]): wakes the scan loop on `punctual_timers`
 //!   notifications;
 //! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
@@ -24,6 +25,7 @@ use anyhow::Context;
 use chrono::Utc;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::ReplaceableProducer;
+use punctual_shared::supervisor::Supervisor;
 use punctual_shared::task::{self, ClaimedTask};
 use punctual_shared::{db, kafka, ops};
 use sqlx::postgres::PgListener;
@@ -32,7 +34,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use config::ScannerConfig;
 use metrics::Metrics;
@@ -80,41 +81,46 @@ impl App {
     /// Runs until `token` is cancelled. On the way out, tasks still held are left claimed:
     /// their leases expire and another scanner (or this one, restarted) claims them again.
     pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
-        let tracker = TaskTracker::new();
+        let tasks = Supervisor::new(token.clone());
         let wake = Arc::new(Notify::new());
         let topic_missing = Arc::new(AtomicBool::new(false));
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
 
-        tracker.spawn(listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
-        tracker.spawn(scan_loop(
-            Scan {
-                config: self.config.clone(),
-                owner: self.owner.clone(),
-                pool: self.pool.clone(),
-                metrics: self.metrics.clone(),
-                claimed_tx,
-            },
-            wake,
-            token.clone(),
-        ));
-        tracker.spawn(keep_topic(self.config.kafka.clone(), topic_missing.clone(), token.clone()));
-        tracker.spawn(publisher::drive_wheel(
-            publisher::Publisher {
-                producer: self.producer,
-                topic_missing,
-                topic: self.config.kafka.tasks_topic.clone(),
-                partitions: self.partitions,
-                lead: chrono::Duration::milliseconds(self.config.publish_lead_ms as i64),
-                metrics: self.metrics.clone(),
-            },
-            claimed_rx,
-            token.clone(),
-        ));
-        tracker.close();
+        tasks.spawn("listener", listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
+        tasks.spawn(
+            "scan loop",
+            scan_loop(
+                Scan {
+                    config: self.config.clone(),
+                    owner: self.owner.clone(),
+                    pool: self.pool.clone(),
+                    metrics: self.metrics.clone(),
+                    claimed_tx,
+                },
+                wake,
+                token.clone(),
+            ),
+        );
+        tasks.spawn("topic keeper", keep_topic(self.config.kafka.clone(), topic_missing.clone(), token.clone()));
+        tasks.spawn(
+            "wheel driver",
+            publisher::drive_wheel(
+                publisher::Publisher {
+                    producer: self.producer,
+                    topic_missing,
+                    topic: self.config.kafka.tasks_topic.clone(),
+                    partitions: self.partitions,
+                    lead: chrono::Duration::milliseconds(self.config.publish_lead_ms as i64),
+                    metrics: self.metrics.clone(),
+                },
+                claimed_rx,
+                token.clone(),
+            ),
+        );
 
         let served = ops::serve(self.listener, ops::router(self.metrics.registry.clone()), token.clone()).await;
         token.cancel();
-        tracker.wait().await;
+        tasks.wait().await?;
         served.context("serving ops endpoints")
     }
 }

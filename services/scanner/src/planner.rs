@@ -44,6 +44,15 @@ pub struct PassReport {
     pub claimed: Vec<ClaimedTask>,
 }
 
+impl PassReport {
+    fn count(&mut self, row: &TimerRow, update: &PlanUpdate) {
+        if update.plan_status == "invalid" {
+            self.invalid += 1;
+            tracing::warn!(timer_id = %row.id, reason = update.invalid_reason.as_deref(), "timer marked invalid");
+        }
+    }
+}
+
 /// The new plan state of a timer.
 struct PlanUpdate {
     id: Uuid,
@@ -64,56 +73,36 @@ impl Planner {
         claim: Option<&PlanClaim<'_>>,
     ) -> Result<PassReport, sqlx::Error> {
         let mut tx = db.begin().await?;
+        // Rows stored before the schema bounded their values (the check exempts invalid
+        // rows only): marked invalid unread, since a far instant cannot even be decoded.
+        let out_of_range = sqlx::query(
+            "UPDATE timers t SET plan_status = 'invalid', next_plan_at = NULL, invalid_reason = o.reason
+               FROM (SELECT id, punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
+                                                            delay_ms, interval_ms, catchup_window_ms) AS reason
+                       FROM timers WHERE plan_status = 'new'
+                      ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) o
+              WHERE t.id = o.id AND o.reason IS NOT NULL",
+        )
+        .bind(PASS_SIZE)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if out_of_range > 0 {
+            tracing::warn!(count = out_of_range, "timers with values out of range marked invalid");
+        }
         let rows: Vec<TimerRow> = sqlx::query_as(
             "SELECT * FROM timers WHERE plan_status = 'new' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
         )
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
-        let mut report = PassReport { timers: rows.len(), ..Default::default() };
+        let mut report =
+            PassReport { timers: rows.len(), invalid: out_of_range as usize, ..Default::default() };
         let mut updates = Vec::with_capacity(rows.len());
         let mut tasks = Vec::new();
         for row in &rows {
-            let checked = row.schedule().and_then(|s| row.action().map(|_| s));
-            let update = match checked {
-                Err(e) => {
-                    report.invalid += 1;
-                    tracing::warn!(timer_id = %row.id, error = %e, "timer marked invalid");
-                    PlanUpdate {
-                        id: row.id,
-                        plan_status: "invalid",
-                        next_plan_at: None,
-                        invalid_reason: Some(e.to_string()),
-                    }
-                }
-                Ok(schedule) => {
-                    let first = if schedule.is_one_shot() {
-                        schedule.one_shot_at(row.created_at)
-                    } else {
-                        // A resumed timer continues from where its plan stopped, but not
-                        // before now: what was missed while paused is not fired. An edited
-                        // timer (next_plan_at reset by the schema's trigger) starts from now.
-                        let from = row.next_plan_at.map_or(now, |n| n.max(now));
-                        schedule.first_from(row.created_at, from)
-                    };
-                    match first {
-                        // Only an active timer is planned (a paused one keeps its first
-                        // occurrence, planned when it is resumed).
-                        Some(at) if row.state == "active" && at < now + self.horizon() => {
-                            self.plan_timer(row, &schedule, at, now, &mut tasks)
-                        }
-                        Some(at) => PlanUpdate {
-                            id: row.id,
-                            plan_status: "planned",
-                            next_plan_at: Some(at),
-                            invalid_reason: None,
-                        },
-                        None => {
-                            PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None }
-                        }
-                    }
-                }
-            };
+            let update = guarded(row, &mut tasks, |tasks| self.validate_row(row, now, tasks));
+            report.count(row, &update);
             updates.push(update);
         }
         write_tasks(&mut tx, &tasks, claim, &mut report).await?;
@@ -144,29 +133,51 @@ impl Planner {
         let mut tasks = Vec::new();
         let mut updates = Vec::with_capacity(rows.len());
         for row in &rows {
-            let schedule = match row.schedule() {
-                Ok(s) => s,
-                Err(e) => {
-                    // Only reachable if the row was changed behind the trigger's back.
-                    report.invalid += 1;
-                    updates.push(PlanUpdate {
-                        id: row.id,
-                        plan_status: "invalid",
-                        next_plan_at: None,
-                        invalid_reason: Some(e.to_string()),
-                    });
-                    continue;
-                }
-            };
             let Some(first) = row.next_plan_at else {
                 continue;
             };
-            updates.push(self.plan_timer(row, &schedule, first, now, &mut tasks));
+            let update = guarded(row, &mut tasks, |tasks| match checked(row) {
+                Ok((schedule, catchup)) => self.plan_timer(row, &schedule, catchup, first, now, tasks),
+                // Only reachable for a row changed behind the trigger's back, or stored
+                // before a check that now refuses it.
+                Err(e) => PlanUpdate::invalid(row.id, e.to_string()),
+            });
+            report.count(row, &update);
+            updates.push(update);
         }
         write_tasks(&mut tx, &tasks, claim, &mut report).await?;
         write_updates(&mut tx, &updates).await?;
         tx.commit().await?;
         Ok(report)
+    }
+
+    /// Checks a timer in `plan_status = 'new'` and finds its first occurrence; plans it at
+    /// once when it falls within the horizon.
+    fn validate_row(&self, row: &TimerRow, now: DateTime<Utc>, tasks: &mut Vec<PlannedTask>) -> PlanUpdate {
+        // The action too, though only the executor uses it, so that a timer that could
+        // never run is marked invalid when it is created.
+        let (schedule, catchup) = match row.action().and_then(|_| checked(row)) {
+            Ok(checked) => checked,
+            Err(e) => return PlanUpdate::invalid(row.id, e.to_string()),
+        };
+        let first = if schedule.is_one_shot() {
+            schedule.one_shot_at(row.created_at)
+        } else {
+            // A resumed timer continues from where its plan stopped, but not before now:
+            // what was missed while paused is not fired. An edited timer (next_plan_at
+            // reset by the schema's trigger) starts from now.
+            let from = row.next_plan_at.map_or(now, |n| n.max(now));
+            schedule.first_from(row.created_at, from)
+        };
+        match first {
+            // Only an active timer is planned (a paused one keeps its first occurrence,
+            // planned when it is resumed).
+            Some(at) if row.state == "active" && at < now + self.horizon() => {
+                self.plan_timer(row, &schedule, catchup, at, now, tasks)
+            }
+            Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
+            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+        }
     }
 
     fn horizon(&self) -> chrono::Duration {
@@ -179,6 +190,7 @@ impl Planner {
         &self,
         row: &TimerRow,
         schedule: &Schedule,
+        catchup_window: chrono::Duration,
         first: DateTime<Utc>,
         now: DateTime<Utc>,
         tasks: &mut Vec<PlannedTask>,
@@ -186,7 +198,7 @@ impl Planner {
         let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let plan_until = now + self.horizon() * 2;
         let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
-        let catchup_from = now - chrono::Duration::milliseconds(row.catchup_window_ms);
+        let catchup_from = now.checked_sub_signed(catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let planned_before = tasks.len();
         let mut latest_missed: Option<DateTime<Utc>> = None;
         let mut next = Some(first);
@@ -219,6 +231,38 @@ impl Planner {
         match next {
             Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
             None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+        }
+    }
+}
+
+impl PlanUpdate {
+    fn invalid(id: Uuid, reason: String) -> Self {
+        PlanUpdate { id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(reason) }
+    }
+}
+
+/// What the planner needs of a row, checked: its schedule and its catch-up window.
+fn checked(row: &TimerRow) -> Result<(Schedule, chrono::Duration), punctual_shared::timer::FieldError> {
+    Ok((row.schedule()?, row.catchup_window()?))
+}
+
+/// Runs `plan` for one row; if it panics, the row is marked invalid with the panic's
+/// message instead, so that one row the planner cannot handle never stops it planning the
+/// others (a panic would otherwise end the pass, and the next, on the same row). The
+/// occurrences it had pushed before panicking are dropped.
+fn guarded(
+    row: &TimerRow,
+    tasks: &mut Vec<PlannedTask>,
+    plan: impl FnOnce(&mut Vec<PlannedTask>) -> PlanUpdate,
+) -> PlanUpdate {
+    let before = tasks.len();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plan(&mut *tasks))) {
+        Ok(update) => update,
+        Err(panic) => {
+            tasks.truncate(before);
+            let message = punctual_shared::supervisor::panic_message(panic.as_ref());
+            tracing::error!(timer_id = %row.id, %message, "planning the timer panicked: marked invalid");
+            PlanUpdate::invalid(row.id, format!("internal error while planning this timer: {message}"))
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use punctual_scanner::planner::Planner;
 use punctual_shared::task;
+use punctual_testkit::extreme_values::{insert_statement, EXTREME_ROWS};
 use punctual_testkit::TestDb;
 use uuid::Uuid;
 
@@ -411,4 +412,68 @@ async fn pruning_old_occurrences_of_recurring_timers_never_lets_one_fire_again()
     let left: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM timers ORDER BY name").fetch_all(&db.pool).await.unwrap();
     assert_eq!(left, vec![hourly, once_recent, once_waiting]);
     assert!(task_times(&db, once).await.is_empty(), "its run went with it");
+}
+
+#[tokio::test]
+async fn the_schema_refuses_values_out_of_range() {
+    let db = TestDb::create().await;
+    for (column, columns, values) in EXTREME_ROWS {
+        let err = sqlx::query(&insert_statement(columns, values, "http://127.0.0.1:1/x"))
+            .execute(&db.pool)
+            .await
+            .expect_err(column);
+        assert!(err.to_string().contains("timers_values_in_range"), "{column}: {err}");
+    }
+    // An edit to such a value is refused too.
+    let id = every_second_timer(&db, "http://127.0.0.1:1/x").await;
+    let err = sqlx::query("UPDATE timers SET catchup_window_ms = 9223372036854775807 WHERE id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("timers_values_in_range"), "{err}");
+}
+
+#[tokio::test]
+async fn rows_out_of_range_are_marked_invalid_and_the_others_planned() {
+    let db = TestDb::create().await;
+    // Rows stored before the schema checked these values (the migration marks them
+    // invalid; here the check is dropped so the planner meets them as 'new' and 'planned').
+    sqlx::query("ALTER TABLE timers DROP CONSTRAINT timers_values_in_range").execute(&db.pool).await.unwrap();
+    let mut extreme = Vec::new();
+    for (column, columns, values) in EXTREME_ROWS {
+        let id =
+            sqlx::query_scalar(&format!("{} RETURNING id", insert_statement(columns, values, "http://127.0.0.1:1/x")))
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        extreme.push((column, id));
+    }
+    let good = every_second_timer(&db, "http://127.0.0.1:1/x").await;
+    // One that was planned before its catch-up window was made huge behind the trigger.
+    let planned = insert_sql(
+        &db,
+        "name, schedule_kind, cron_expr, http_url",
+        "'planned-before', 'cron', '* * * * * *', 'http://127.0.0.1:1/y'",
+    )
+    .await;
+    let now = Utc::now();
+    planner().validate_new(&db.pool, now, None).await.unwrap();
+    sqlx::query("UPDATE timers SET catchup_window_ms = 9223372036854775807, next_plan_at = $2 WHERE id = $1")
+        .bind(planned)
+        .bind(now - chrono::Duration::hours(2))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let report = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15), None).await.unwrap();
+    assert_eq!(report.invalid, 1, "{report:?}");
+
+    for (column, id) in extreme.into_iter().chain([("catchup_window_ms", planned)]) {
+        let (status, reason, _) = plan_state(&db, id).await;
+        let reason = reason.unwrap_or_default();
+        assert_eq!(status, "invalid", "{column}: {reason}");
+        assert!(reason.starts_with(&format!("{column}:")), "{column}: {reason}");
+    }
+    assert_eq!(plan_state(&db, good).await.0, "planned");
+    assert!(!task_times(&db, good).await.is_empty(), "the good timer is planned");
 }
