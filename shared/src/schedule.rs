@@ -7,7 +7,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, DurationRound, LocalResult, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Duration, DurationRound, Utc};
 use chrono_tz::Tz;
 
 /// The smallest interval accepted for `interval` timers (and checked by the schema too).
@@ -84,16 +84,19 @@ impl DstGap {
     }
 }
 
-/// A parsed cron expression with its zone.
+/// A parsed cron expression with its zone: crontab's meaning, evaluated by the `croner`
+/// crate (docs/semantics.md, "Cron", states it field by field).
 ///
-/// Evaluated on local wall-clock time, then mapped to UTC, which gives a DST policy that
-/// can be stated: a local time repeated when clocks fall back fires once (at its first
-/// instance); a local time skipped when they spring forward fires once at the first valid
-/// instant after the gap, or not at all ([`DstGap`]).
+/// DST, as Vixie/Debian cron has it: a job at a fixed time (a single value in each of the
+/// second, minute and hour fields) fires once when its local time repeats as clocks fall
+/// back, and fires at the first instant after the gap when clocks spring forward over it
+/// (or not at all, with [`DstGap::Skip`]); a job with a wildcard, range, list or step in
+/// one of those fields runs on real time: through both passes of a repeated hour, and not
+/// in a skipped one.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     expr: String,
-    parsed: cron::Schedule,
+    parsed: croner::Cron,
     tz: Tz,
     dst_gap: DstGap,
 }
@@ -104,15 +107,39 @@ impl PartialEq for CronSchedule {
     }
 }
 
+/// How far ahead an expression must match at least once to be accepted.
+pub const CRON_MUST_MATCH_WITHIN_YEARS: u32 = 5;
+
 impl CronSchedule {
-    /// Accepts 5-field (minute resolution, crontab), 6-field (with seconds) and 7-field
-    /// (with seconds and year) expressions.
+    /// Accepts 5-field (crontab: minute resolution), 6-field (seconds first) and 7-field
+    /// (seconds first, year last) expressions, with the same weekday numbers in all (0 and
+    /// 7 Sunday, 1 Monday), and the macros `@yearly`, `@annually`, `@monthly`, `@weekly`,
+    /// `@daily`, `@midnight` and `@hourly`.
     pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
         let tz = Tz::from_str(timezone).map_err(|_| ScheduleError::TimeZone(timezone.to_owned()))?;
-        let normalized = normalize_cron(expr);
-        let parsed = cron::Schedule::from_str(&normalized)
-            .map_err(|e| ScheduleError::Cron { expr: expr.to_owned(), reason: e.to_string() })?;
-        Ok(Self { expr: expr.trim().to_owned(), parsed, tz, dst_gap: DstGap::default() })
+        let trimmed = expr.trim();
+        let refuse = |reason: &str| ScheduleError::Cron { expr: expr.to_owned(), reason: reason.to_owned() };
+        if trimmed.len() > 256 || trimmed.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(refuse("must be at most 256 characters, without control characters"));
+        }
+        let pattern =
+            match trimmed.to_ascii_lowercase().as_str() {
+                "@midnight" => "@daily",
+                "@reboot" => return Err(refuse(
+                    "@reboot is not a schedule: a timer has no boot to run at; use {\"delay_ms\": 0} to fire once now",
+                )),
+                _ => trimmed,
+            };
+        let parsed = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Optional)
+            .year(croner::parser::Year::Optional)
+            // `0/10` as Quartz and the `cron` crate read it (from 0, every 10): expressions
+            // stored before Punctual moved to croner keep their meaning.
+            .sloppy_ranges(true)
+            .build()
+            .parse(pattern)
+            .map_err(|e| refuse(&e.to_string()))?;
+        Ok(Self { expr: trimmed.to_owned(), parsed, tz, dst_gap: DstGap::default() })
     }
 
     pub fn with_dst_gap(mut self, dst_gap: DstGap) -> Self {
@@ -132,89 +159,50 @@ impl CronSchedule {
         self.tz
     }
 
+    /// Whether the expression fixes a single second, minute and hour of the day (the jobs
+    /// that fire once in a repeated hour and after a skipped one).
+    pub fn is_fixed_time(&self) -> bool {
+        self.parsed.determine_job_type() == croner::JobType::FixedTime
+    }
+
+    /// Refuses an expression that matches nothing in the [`CRON_MUST_MATCH_WITHIN_YEARS`]
+    /// after `from` (30 February, 31 April, a year gone by): a timer that would silently
+    /// never fire.
+    pub fn check_matches_from(&self, from: DateTime<Utc>) -> Result<(), ScheduleError> {
+        let limit = from.checked_add_months(chrono::Months::new(12 * CRON_MUST_MATCH_WITHIN_YEARS));
+        match (self.next_after(from), limit) {
+            (Some(at), Some(limit)) if at <= limit => Ok(()),
+            _ => Err(ScheduleError::Cron {
+                expr: self.expr.clone(),
+                reason: format!(
+                    "matches no time in the {CRON_MUST_MATCH_WITHIN_YEARS} years after {}",
+                    from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+            }),
+        }
+    }
+
     fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Nothing is searched outside the instants a schedule may name (with a day's
-        // margin for the zone's offset): near chrono's limits both the local time and the
-        // cron crate's own arithmetic would overflow.
+        // margin for the zone's offset): near chrono's limits the local time overflows.
         if !(EARLIEST_MS - DAY_MS..=LATEST_MS).contains(&t.timestamp_millis()) {
             return None;
         }
-        // Matches are searched on the local wall clock (a naive time, carried in a Utc
-        // value as a zone without transitions), then mapped back through the zone.
-        let mut wall = self.tz.from_utc_datetime(&t.naive_utc()).naive_local();
-        // Bounded: only a repeated or skipped hour makes the search go round more than once.
-        for _ in 0..100_000 {
-            let candidate = self.parsed.after(&Utc.from_utc_datetime(&wall)).next()?.naive_utc();
-            let instant = match self.tz.from_local_datetime(&candidate) {
-                LocalResult::Single(d) => Some(d.with_timezone(&Utc)),
-                // Fall-back: the first instance only; the repeat is earlier than t, or
-                // will be reached as "earlier than t" once the first has been planned.
-                LocalResult::Ambiguous(first, _) => Some(first.with_timezone(&Utc)),
-                LocalResult::None => match self.dst_gap {
-                    DstGap::NextValid => first_valid_after(self.tz, candidate),
-                    DstGap::Skip => None,
-                },
-            };
-            match instant {
-                Some(at) if at > t => return Some(at),
-                _ => wall = candidate,
+        // croner works in whole seconds; an exclusive search from t's second is after t.
+        let mut from = t.with_timezone(&self.tz).duration_trunc(Duration::seconds(1)).ok()?;
+        // Bounded: only a run of skipped gaps makes the search go round more than once.
+        for _ in 0..1_000 {
+            let at = self.parsed.find_next_occurrence(&from, false).ok()?;
+            // croner moves a fixed-time occurrence whose local time was skipped to the
+            // first instant after the gap, where the expression does not match.
+            let moved = self.dst_gap == DstGap::Skip && !self.parsed.is_time_matching(&at).unwrap_or(true);
+            if !moved {
+                return Some(at.with_timezone(&Utc));
             }
+            from = at;
         }
         None
     }
-}
-
-/// The first instant whose local time exists, after a local time that does not (a DST gap).
-fn first_valid_after(tz: Tz, missing: NaiveDateTime) -> Option<DateTime<Utc>> {
-    let mut wall = missing.duration_trunc(Duration::minutes(1)).ok()?;
-    for _ in 0..(48 * 60) {
-        wall = wall.checked_add_signed(Duration::minutes(1))?;
-        match tz.from_local_datetime(&wall) {
-            LocalResult::Single(d) | LocalResult::Ambiguous(d, _) => return Some(d.with_timezone(&Utc)),
-            LocalResult::None => {}
-        }
-    }
-    None
-}
-
-/// A crontab line has five fields (minute hour day-of-month month day-of-week) and numbers
-/// days of the week 0–7 with Sunday as 0 and 7; the `cron` crate wants a seconds field
-/// first and numbers days 1–7 from Sunday. Translate, so that `0 9 * * 1-5` means what it
-/// means in crontab: 09:00 Monday to Friday.
-fn normalize_cron(expr: &str) -> String {
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    if fields.len() != 5 {
-        return fields.join(" ");
-    }
-    let dow = crontab_dow_to_names(fields[4]);
-    format!("0 {} {} {} {} {}", fields[0], fields[1], fields[2], fields[3], dow)
-}
-
-fn crontab_dow_to_names(field: &str) -> String {
-    const NAMES: [&str; 8] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
-    field
-        .split(',')
-        .map(|item| {
-            // Digits after a '/' are a step, not a day.
-            let (range, step) = match item.split_once('/') {
-                Some((r, s)) => (r, Some(s)),
-                None => (item, None),
-            };
-            let range = range
-                .split('-')
-                .map(|part| match part.parse::<usize>() {
-                    Ok(n) if n < NAMES.len() => NAMES[n].to_owned(),
-                    _ => part.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("-");
-            match step {
-                Some(s) => format!("{range}/{s}"),
-                None => range,
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -458,6 +446,12 @@ mod tests {
         assert_eq!(s.next_after(created, utc("2026-01-01T00:00:02.500Z")), None);
     }
 
+    impl Schedule {
+        fn kind_is_fixed_time(&self) -> bool {
+            matches!(&self.kind, ScheduleKind::Cron(c) if c.is_fixed_time())
+        }
+    }
+
     fn cron_dst(expr: &str, tz: &str, gap: DstGap) -> Schedule {
         let c = CronSchedule::parse(expr, tz).unwrap().with_dst_gap(gap);
         Schedule::new(ScheduleKind::Cron(Box::new(c)), None, None).unwrap()
@@ -500,27 +494,132 @@ mod tests {
     }
 
     #[test]
-    fn fall_back_fires_the_repeated_hour_once() {
+    fn fall_back_fires_a_fixed_time_once_and_a_wildcard_on_real_time() {
         // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET; 02:30 happens twice.
         let daily = cron_dst("0 30 2 * * *", "Europe/Berlin", DstGap::NextValid);
+        assert!(daily.kind_is_fixed_time());
         assert_eq!(
             fires(&daily, "2026-10-24T12:00:00Z", 2),
             vec![utc("2026-10-25T00:30:00Z"), utc("2026-10-26T01:30:00Z")]
         );
-        // New York, 2026-11-01: 02:00 EDT becomes 01:00 EST; every 20 minutes through it.
+        // New York, 2026-11-01: 02:00 EDT becomes 01:00 EST. Every 20 minutes of hour 1:
+        // a step in the minute field, so both passes of the repeated hour fire.
         let ny = cron_dst("0 */20 1 * * *", "America/New_York", DstGap::NextValid);
+        assert!(!ny.kind_is_fixed_time());
         assert_eq!(
-            fires(&ny, "2026-11-01T04:30:00Z", 4),
-            // 01:00, 01:20, 01:40 EDT, then not again in the repeated hour: next day 01:00 EST.
+            fires(&ny, "2026-11-01T04:30:00Z", 7),
             vec![
                 utc("2026-11-01T05:00:00Z"),
                 utc("2026-11-01T05:20:00Z"),
                 utc("2026-11-01T05:40:00Z"),
-                utc("2026-11-02T06:00:00Z")
+                utc("2026-11-01T06:00:00Z"),
+                utc("2026-11-01T06:20:00Z"),
+                utc("2026-11-01T06:40:00Z"),
+                utc("2026-11-02T06:00:00Z"),
             ]
         );
-        // Planning that starts inside the repeated hour does not fire it again.
-        assert_eq!(fires(&ny, "2026-11-01T06:10:00Z", 1), vec![utc("2026-11-02T06:00:00Z")]);
+        // Planning that starts inside the second pass goes on from there.
+        assert_eq!(fires(&ny, "2026-11-01T06:10:00Z", 1), vec![utc("2026-11-01T06:20:00Z")]);
+        // A fixed time in the repeated hour, planned from inside its second pass: not again.
+        let fixed = cron_dst("0 10 1 * * *", "America/New_York", DstGap::NextValid);
+        assert_eq!(fires(&fixed, "2026-11-01T06:20:00Z", 1), vec![utc("2026-11-02T06:10:00Z")]);
+    }
+
+    /// Defect 5 of the cron issue: the repeated hour silenced frequent timers for an hour.
+    #[test]
+    fn every_second_and_every_quarter_keep_firing_through_the_repeated_hour() {
+        // New York, 2027-11-07: the second pass of 01:00-02:00 is 06:00Z-07:00Z.
+        let every_second = cron_dst("* * * * * *", "America/New_York", DstGap::NextValid);
+        let t = utc("2027-11-07T06:29:59.500Z");
+        assert_eq!(every_second.next_after(t, t), Some(utc("2027-11-07T06:30:00Z")));
+        let quarters = cron_dst("*/15 * * * *", "America/New_York", DstGap::NextValid);
+        let in_repeated_hours: Vec<_> = fires(&quarters, "2027-11-07T04:59:00Z", 12)
+            .into_iter()
+            .filter(|t| *t >= utc("2027-11-07T05:00:00Z") && *t < utc("2027-11-07T07:00:00Z"))
+            .collect();
+        assert_eq!(in_repeated_hours.len(), 8, "{in_repeated_hours:?}");
+    }
+
+    fn fires_on_days(expr: &str, from: &str, n: usize) -> Vec<String> {
+        fires(&cron_dst(expr, "UTC", DstGap::NextValid), from, n)
+            .into_iter()
+            .map(|t| t.format("%a %d").to_string())
+            .collect()
+    }
+
+    /// Defect 1: both day fields restricted fire when either matches, as in crontab.
+    #[test]
+    fn day_of_month_and_day_of_week_are_ored_as_in_crontab() {
+        // December 2026 starts on a Tuesday.
+        assert_eq!(fires_on_days("0 0 1 * MON", "2026-11-30T12:00:00Z", 4), ["Tue 01", "Mon 07", "Mon 14", "Mon 21"]);
+        assert_eq!(fires_on_days("0 0 0 1 * MON", "2026-11-30T12:00:00Z", 4), ["Tue 01", "Mon 07", "Mon 14", "Mon 21"]);
+        assert_eq!(fires_on_days("0 12 13 * FRI", "2026-11-30T12:00:00Z", 3), ["Fri 04", "Fri 11", "Sun 13"]);
+        // croner's `+` before the weekday asks for both (the `cron` crate's meaning).
+        assert_eq!(fires_on_days("0 12 13 * +FRI", "2026-11-30T12:00:00Z", 1), ["Fri 13"]);
+    }
+
+    /// Defects 2 and 3: day-of-week numbers are crontab's in 5, 6 and 7 fields alike.
+    #[test]
+    fn weekday_numbers_and_ranges_ending_at_seven_mean_the_same_in_every_form() {
+        let from = "2026-12-05T12:00:00Z"; // a Saturday
+        let all_week = ["Sun 06", "Mon 07", "Tue 08", "Wed 09", "Thu 10", "Fri 11", "Sat 12"];
+        assert_eq!(fires_on_days("0 0 * * 0-7", from, 7), all_week);
+        assert_eq!(fires_on_days("0 0 * * 1-7", from, 7), all_week);
+        assert_eq!(fires_on_days("0 0 * * 5-7", from, 3), ["Sun 06", "Fri 11", "Sat 12"]);
+        assert_eq!(fires_on_days("0 0 * * 6-7", from, 2), ["Sun 06", "Sat 12"]);
+        let weekdays = ["Mon 07", "Tue 08", "Wed 09", "Thu 10", "Fri 11"];
+        assert_eq!(fires_on_days("0 9 * * 1-5", from, 5), weekdays);
+        assert_eq!(fires_on_days("0 0 9 * * 1-5", from, 5), weekdays);
+        assert_eq!(fires_on_days("0 0 9 * * 1-5 *", from, 5), weekdays);
+        assert_eq!(fires_on_days("0 0 9 * * MON-FRI", from, 5), weekdays);
+        assert_eq!(fires_on_days("0 0 12 * * 0", from, 1), ["Sun 06"]);
+        assert_eq!(fires_on_days("0 0 12 * * 7", from, 1), ["Sun 06"]);
+    }
+
+    /// Defect 4: an expression that can never fire is refused, not stored silent.
+    #[test]
+    fn expressions_that_never_match_are_refused() {
+        let now = utc("2026-12-04T00:00:00Z");
+        for expr in ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 0 1 1 * 2020"] {
+            let c = CronSchedule::parse(expr, "UTC").unwrap();
+            let e = c.check_matches_from(now).unwrap_err();
+            assert_eq!(e.field(), "schedule.cron", "{expr}");
+            assert!(e.to_string().contains("matches no time"), "{e}");
+        }
+        // A leap day matches within five years.
+        CronSchedule::parse("0 0 29 2 *", "UTC").unwrap().check_matches_from(now).unwrap();
+    }
+
+    #[test]
+    fn macros_are_accepted_and_reboot_refused_with_a_reason() {
+        for (m, first) in [
+            ("@yearly", "2027-01-01T00:00:00Z"),
+            ("@annually", "2027-01-01T00:00:00Z"),
+            ("@monthly", "2027-01-01T00:00:00Z"),
+            ("@weekly", "2026-12-27T00:00:00Z"),
+            ("@daily", "2026-12-25T00:00:00Z"),
+            ("@midnight", "2026-12-25T00:00:00Z"),
+            ("@hourly", "2026-12-24T19:00:00Z"),
+        ] {
+            let s = cron_dst(m, "UTC", DstGap::NextValid);
+            let t = utc("2026-12-24T18:30:00Z");
+            assert_eq!(s.next_after(t, t), Some(utc(first)), "{m}");
+        }
+        let e = CronSchedule::parse("@reboot", "UTC").unwrap_err();
+        assert!(e.to_string().contains("delay_ms"), "{e}");
+    }
+
+    #[test]
+    fn quartz_extensions_last_weekday_and_nth() {
+        let from = "2026-12-01T12:00:00Z";
+        // Last day of the month; the weekday nearest the 15th (Tuesday); the second Friday;
+        // the last Friday.
+        assert_eq!(fires_on_days("0 0 L * *", from, 2), ["Thu 31", "Sun 31"]);
+        assert_eq!(fires_on_days("0 0 15W * *", from, 1), ["Tue 15"]);
+        assert_eq!(fires_on_days("0 0 * * 5#2", from, 1), ["Fri 11"]);
+        assert_eq!(fires_on_days("0 0 * * 5#L", from, 1), ["Fri 25"]);
+        // `?` is `*` in the day fields.
+        assert_eq!(fires_on_days("0 0 0 ? * MON", from, 1), ["Mon 07"]);
     }
 
     #[test]

@@ -283,6 +283,9 @@ impl ScheduleSpec {
         let kind = if let Some(expr) = self.cron {
             let timezone = self.timezone.as_deref().unwrap_or("UTC");
             let cron = CronSchedule::parse(&expr, timezone)?.with_dst_gap(self.dst_gap.unwrap_or_default());
+            // An expression that never fires is refused, not stored silent.
+            let from = self.start_at.map_or_else(Utc::now, |start| start.max(Utc::now()));
+            cron.check_matches_from(from)?;
             ScheduleKind::Cron(Box::new(cron))
         } else if let Some(at) = self.at {
             ScheduleKind::Once { at }

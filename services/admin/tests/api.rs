@@ -143,6 +143,20 @@ async fn bad_input_is_a_problem_naming_the_field_and_writes_nothing() {
         (with("/schedule", json!({"cron": "* * * * * *", "timezone": "Atlantis/Capital"})), 422, "schedule.timezone"),
         (with("/schedule", json!({})), 422, "schedule"),
         (with("/schedule", json!({"every_ms": 10})), 422, "schedule.every_ms"),
+        (with("/schedule", json!({"cron": "0 0 30 2 *"})), 422, "schedule.cron"),
+        (with("/schedule", json!({"cron": "0 0 31 4,6,9,11 *"})), 422, "schedule.cron"),
+        (with("/schedule", json!({"cron": "@reboot"})), 422, "schedule.cron"),
+        (with("/schedule", json!({"delay_ms": i64::MAX})), 422, "schedule.delay_ms"),
+        (with("/schedule", json!({"at": "+200000-01-01T00:00:00Z"})), 422, "schedule.at"),
+        (
+            {
+                let mut v = example();
+                v["catchup_window_ms"] = json!(i64::MAX);
+                v
+            },
+            422,
+            "catchup_window_ms",
+        ),
         (with("/schedule", json!({"at": "tomorrow"})), 400, "schedule.at"),
         (with("/action/http/url", json!("file:///etc/passwd")), 422, "action.http.url"),
         (with("/action/http/timeout_ms", json!(-1)), 422, "action.http.timeout_ms"),

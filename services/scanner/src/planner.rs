@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use punctual_shared::policy::MisfirePolicy;
-use punctual_shared::schedule::Schedule;
+use punctual_shared::schedule::{Schedule, ScheduleKind};
 use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
 use sqlx::PgPool;
@@ -96,8 +96,7 @@ impl Planner {
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
-        let mut report =
-            PassReport { timers: rows.len(), invalid: out_of_range as usize, ..Default::default() };
+        let mut report = PassReport { timers: rows.len(), invalid: out_of_range as usize, ..Default::default() };
         let mut updates = Vec::with_capacity(rows.len());
         let mut tasks = Vec::new();
         for row in &rows {
@@ -176,7 +175,14 @@ impl Planner {
                 self.plan_timer(row, &schedule, catchup, at, now, tasks)
             }
             Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
-            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+            None => match &schedule.kind {
+                // A cron expression that never matches (30 February): invalid, not done.
+                ScheduleKind::Cron(cron) => match cron.check_matches_from(now.max(schedule.start_at.unwrap_or(now))) {
+                    Err(e) => PlanUpdate::invalid(row.id, format!("cron_expr: {e}")),
+                    Ok(()) => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+                },
+                _ => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+            },
         }
     }
 

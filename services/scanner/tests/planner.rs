@@ -415,6 +415,19 @@ async fn pruning_old_occurrences_of_recurring_timers_never_lets_one_fire_again()
 }
 
 #[tokio::test]
+async fn a_cron_expression_that_never_matches_is_marked_invalid_not_done() {
+    let db = TestDb::create().await;
+    let cols = "name, schedule_kind, cron_expr, http_url";
+    let never = insert_sql(&db, cols, "'30-feb', 'cron', '0 0 30 2 *', 'http://127.0.0.1:1/x'").await;
+    let leap_day = insert_sql(&db, cols, "'29-feb', 'cron', '0 0 29 2 *', 'http://127.0.0.1:1/x'").await;
+    planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    let (status, reason, _) = plan_state(&db, never).await;
+    assert_eq!(status, "invalid");
+    assert!(reason.unwrap_or_default().starts_with("cron_expr: "), "names the column");
+    assert_eq!(plan_state(&db, leap_day).await.0, "planned");
+}
+
+#[tokio::test]
 async fn the_schema_refuses_values_out_of_range() {
     let db = TestDb::create().await;
     for (column, columns, values) in EXTREME_ROWS {
