@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make down`: stops what `make up` started, services first, then the broker and Postgres.
+# `make down`: stops what `make up` started, services first, then Kafka and Postgres
+# (stack.sh broker-stop waits for the JVM to exit, and kills it after 10 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run=${PUNCTUAL_RUN_DIR:-$(pwd)/.run}
@@ -18,4 +19,4 @@ for name in demo-sink executor scanner admin; do
 done
 scripts/stack.sh broker-stop "$run"
 scripts/stack.sh pg-stop "$run"
-echo "stopped the broker and Postgres (data kept in .run/; delete it for a clean slate)"
+echo "stopped Kafka and Postgres (data kept in .run/; delete it for a clean slate)"

@@ -36,7 +36,8 @@ scripts/down.sh >/dev/null
 sleep 1
 left=$(pgrep -f "$root/target/debug/punctual-" || true)
 [ -z "$left" ] || fail "processes left behind: $left"
-if [ -f "$PUNCTUAL_RUN_DIR/broker.pid" ] || pgrep -f "tansu broker.*:$PUNCTUAL_UP_BROKER_PORT" >/dev/null; then fail "broker left running"; fi
+# Kafka's JVM runs kafka.Kafka with the run folder's server.properties.
+if [ -f "$PUNCTUAL_RUN_DIR/broker.pid" ] || pgrep -f "kafka\.Kafka $PUNCTUAL_RUN_DIR/" >/dev/null; then fail "broker left running"; fi
 if pgrep -f "postgres.*-p $PUNCTUAL_UP_PG_PORT" >/dev/null; then fail "postgres left running"; fi
 scripts/stack.sh pg-purge "$PUNCTUAL_RUN_DIR"
 echo "smoke-up: ok"

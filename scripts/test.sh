@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: starts a real PostgreSQL server and a Kafka-protocol broker in a temporary
+# `make test`: starts a real PostgreSQL server and an Apache Kafka broker in a temporary
 # folder, runs the whole test suite against them, and stops them whatever happens.
 # Arguments are passed to `cargo test` (e.g. scripts/test.sh -p punctual-admin).
 set -euo pipefail
@@ -21,7 +21,7 @@ broker_port=$(free_port)
 # Durability is not what these tests measure (the fault tests start their own servers).
 PG_EXTRA_OPTS="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
   scripts/stack.sh pg-start "$work" "$pg_port"
-scripts/stack.sh broker-start "$work" "$broker_port" memory
+scripts/stack.sh broker-start "$work" "$broker_port" throwaway
 
 export PUNCTUAL_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port"
 export PUNCTUAL_TEST_KAFKA_BROKERS="127.0.0.1:$broker_port"

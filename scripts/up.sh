@@ -23,9 +23,10 @@ scripts/stack.sh tools
 say "building the services"
 cargo build --workspace --bins --quiet
 
-say "starting Postgres and the broker"
+say "starting Postgres and Kafka"
 scripts/stack.sh pg-start "$run" "$PG_PORT"
-scripts/stack.sh broker-start "$run" "$BROKER_PORT" sqlite
+# Kafka keeps its log in .run/kafka-logs across `make down` and `make up`.
+scripts/stack.sh broker-start "$run" "$BROKER_PORT" durable
 if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'punctual'" | grep -q 1; then
   psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "CREATE DATABASE punctual"
 fi

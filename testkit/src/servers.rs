@@ -79,38 +79,57 @@ impl Drop for PgServer {
     }
 }
 
-/// A broker of its own, with durable (sqlite) or memory storage; killed when dropped.
+/// A Kafka broker of its own (one KRaft node, broker and controller, started by
+/// scripts/stack.sh), its log in a temporary folder; killed and deleted when dropped.
 pub struct Broker {
     pub dir: PathBuf,
     pub port: u16,
-    storage: &'static str,
+    durable: bool,
 }
 
 impl Broker {
+    /// `durable`: [`Broker::restart`] comes back with the log it had (what it had
+    /// acknowledged survives a kill: Kafka writes to the page cache, which outlives the
+    /// process). Not durable: each restart first deletes the log (as [`Broker::wipe`]), so
+    /// the broker comes back empty, a new cluster without the topics, the messages, the
+    /// consumer groups or their offsets: a broker that lost its disk.
     pub fn start(durable: bool) -> Broker {
-        let broker =
-            Broker { dir: temp_dir("broker"), port: free_port(), storage: if durable { "sqlite" } else { "memory" } };
+        let broker = Broker { dir: temp_dir("broker"), port: free_port(), durable };
         broker.up();
         broker
     }
 
     fn up(&self) {
-        run(&["broker-start", self.dir.to_str().expect("utf-8 path"), &self.port.to_string(), self.storage]);
+        let mode = if self.durable { "durable" } else { "throwaway" };
+        run(&["broker-start", self.dir_arg(), &self.port.to_string(), mode]);
+    }
+
+    fn dir_arg(&self) -> &str {
+        self.dir.to_str().expect("utf-8 path")
     }
 
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// SIGKILL: whatever it had not made durable is gone.
+    /// SIGKILL: the process is gone at once, without a controlled shutdown.
     pub fn kill(&self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("broker.pid")) {
-            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-        let _ = std::fs::remove_file(self.dir.join("broker.pid"));
+        run(&["broker-kill", self.dir_arg()]);
     }
 
+    /// SIGTERM: a controlled shutdown (SIGKILL if it takes longer than 10 s).
+    pub fn stop(&self) {
+        run(&["broker-stop", self.dir_arg()]);
+    }
+
+    /// Deletes the log of the stopped (or killed) broker: the next start is empty.
+    pub fn wipe(&self) {
+        run(&["broker-wipe", self.dir_arg()]);
+    }
+
+    /// Starts it again on the same ports (after [`Broker::kill`] or [`Broker::stop`]),
+    /// with its log if durable, empty if not (`broker-start … throwaway` deletes it first).
+    /// Returns once it accepts connections; nothing happens if it is running.
     pub fn restart(&self) {
         self.up();
     }
@@ -118,7 +137,8 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        self.kill();
+        // Not `run`: no panic while dropping, perhaps during a panic.
+        let _ = Command::new("bash").arg(stack_script()).args(["broker-kill", self.dir_arg()]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
