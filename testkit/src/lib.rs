@@ -8,6 +8,7 @@
 //! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
 
 pub mod extreme_values;
+pub mod load;
 pub mod process;
 pub mod servers;
 pub mod sink;

@@ -6,14 +6,15 @@
 //! The tests take a lock so that only one runs at a time: each one's timing assumes the
 //! machine is not also busy with another fault.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
-use chrono::{DateTime, DurationRound, Utc};
+use chrono::{DateTime, Utc};
 use punctual_shared::timer::task_identity;
+use punctual_testkit::load::{until, Load};
 use punctual_testkit::servers::{Broker, PgServer};
 use punctual_testkit::stack::dump_logs;
-use punctual_testkit::{eventually, kafka_brokers, Behaviour, Call, Sink, Stack};
+use punctual_testkit::{eventually, kafka_brokers, Behaviour, Sink, Stack};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -31,129 +32,12 @@ fn fast_recovery() -> Vec<(&'static str, String)> {
 const TIMERS: i64 = 100;
 const SECONDS: i64 = 15;
 
-struct Load {
-    timers: Vec<Uuid>,
-    start: DateTime<Utc>,
-}
-
-impl Load {
-    /// `TIMERS` cron timers firing every second for `SECONDS` seconds from a whole second
-    /// a few seconds ahead, inserted with one SQL statement.
-    async fn start(stack: &Stack, sink: &Sink) -> Load {
-        let start = (Utc::now() + chrono::Duration::seconds(3)).duration_trunc(chrono::Duration::seconds(1)).unwrap();
-        let timers: Vec<Uuid> = sqlx::query_scalar(
-            "INSERT INTO timers (name, schedule_kind, cron_expr, start_at, end_at, http_url,
-                                 retry_max_attempts, retry_initial_ms, retry_max_ms)
-             SELECT 'load-' || g, 'cron', '* * * * * *', $1, $2, $3, 8, 500, 4000
-               FROM generate_series(1, $4) AS g
-             RETURNING id",
-        )
-        .bind(start)
-        .bind(start + chrono::Duration::seconds(SECONDS))
-        .bind(sink.url("/load"))
-        .bind(TIMERS)
-        .fetch_all(&stack.db.pool)
-        .await
-        .unwrap();
-        Load { timers, start }
-    }
-
-    fn at(&self, second: i64) -> DateTime<Utc> {
-        self.start + chrono::Duration::seconds(second)
-    }
-
-    fn expected(&self) -> HashSet<String> {
-        self.timers.iter().flat_map(|id| (0..SECONDS).map(move |s| task_identity(*id, self.at(s)))).collect()
-    }
-
-    /// Waits until every due occurrence has called the sink (or `timeout`), then a little
-    /// longer for duplicates, and counts.
-    async fn audit(&self, stack: &Stack, sink: &Sink, timeout: Duration) -> Audit {
-        self.audit_calls(stack, || sink.calls(), timeout).await
-    }
-
-    /// Until every due occurrence has called the sink (or `timeout`), starts again each
-    /// service that exited on its own, as a supervisor would; returns which, and how they
-    /// had exited.
-    async fn supervise(
-        &self,
-        stack: &mut Stack,
-        sink: &Sink,
-        timeout: Duration,
-    ) -> Vec<(String, std::process::ExitStatus)> {
-        let mut restarted = Vec::new();
-        self.wait_for_all(|| sink.calls(), timeout, || restarted.extend(stack.restart_exited())).await;
-        restarted
-    }
-
-    /// Polls `calls` until every due occurrence is among them (true) or `timeout` passes
-    /// (false), running `each_turn` before each look.
-    async fn wait_for_all(
-        &self,
-        calls: impl Fn() -> Vec<Call>,
-        timeout: Duration,
-        mut each_turn: impl FnMut(),
-    ) -> bool {
-        let expected = self.expected();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            each_turn();
-            let seen: HashSet<String> = calls().into_iter().filter_map(|c| c.idempotency_key).collect();
-            if expected.iter().all(|k| seen.contains(k)) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// As `audit`, over the calls `calls` returns (several sinks, e.g.).
-    async fn audit_calls(&self, stack: &Stack, calls: impl Fn() -> Vec<Call>, timeout: Duration) -> Audit {
-        if self.wait_for_all(&calls, timeout, || {}).await {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-        }
-        let expected = self.expected();
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        for c in calls() {
-            *counts.entry(c.idempotency_key.unwrap_or_default()).or_default() += 1;
-        }
-        let calls = counts;
-        let audit = Audit {
-            expected: expected.len(),
-            lost: expected.iter().filter(|k| !calls.contains_key(*k)).count(),
-            duplicated: calls.values().map(|n| n.saturating_sub(1)).sum(),
-            unexpected: calls.keys().filter(|k| !expected.contains(*k)).count(),
-        };
-        println!("{audit:?}");
-        if audit.lost > 0 {
-            println!("{}", dump_logs(stack));
-        }
-        audit
-    }
-}
-
-#[derive(Debug)]
-struct Audit {
-    expected: usize,
-    lost: usize,
-    duplicated: usize,
-    unexpected: usize,
-}
-
-/// Waits until the load's second `s` (relative to its start).
-async fn until(load: &Load, s: i64) {
-    let wait = (load.at(s) - Utc::now()).to_std().unwrap_or_default();
-    tokio::time::sleep(wait).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scanner_killed_mid_window_loses_nothing_and_duplicates_nothing() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let mut stack = Stack::start(&fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     // Mid-window: the scanner holds claims for the next lookahead (1.5 s).
     until(&load, 5).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -172,7 +56,7 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
     // Slow callbacks: when the executor dies, some are in flight.
     sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
     let mut stack = Stack::start(&fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     // Mid-callback: the second's calls go out a few ms after it starts and take 300 ms.
     until(&load, 5).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -208,7 +92,7 @@ async fn broker_restarted_with_durable_storage_loses_nothing() {
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
     let stack = Stack::start_on(&server, &broker.brokers(), &fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 5).await;
     broker.kill();
     until(&load, 7).await;
@@ -234,7 +118,7 @@ async fn broker_that_forgets_everything_loses_nothing() {
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
     let mut stack = Stack::start_on(&server, &broker.brokers(), &fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 5).await;
     broker.kill();
     until(&load, 7).await;
@@ -287,7 +171,7 @@ async fn postgres_restarted_services_reconnect_and_lose_nothing() {
     let pg = PgServer::start();
     let sink = Sink::start().await;
     let stack = Stack::start_on(&pg.url(), &kafka_brokers(), &fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 5).await;
     pg.stop();
     until(&load, 7).await;
@@ -302,7 +186,7 @@ async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
     let sink = Sink::start().await;
     let addr = sink.addr;
     let stack = Stack::start(&fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 4).await;
     let before = sink.stop().await; // connection refused from now on
     until(&load, 7).await;
@@ -330,7 +214,7 @@ async fn a_frozen_scanner_loses_its_claims_and_does_not_publish_them_when_thawed
     let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let stack = Stack::start(&fast_recovery()).await;
-    let load = Load::start(&stack, &sink).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 4).await;
     // Frozen holding its claims for the next lookahead, and well past its lease (4 s):
     // a second scanner takes over.

@@ -10,6 +10,7 @@
 
 pub mod callback;
 pub mod config;
+pub mod group_watch;
 pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
@@ -118,16 +119,20 @@ impl App {
         kafka::ensure_topic(&config.kafka, &config.dead_topic, 1)
             .await
             .with_context(|| format!("preparing topic {}", config.dead_topic))?;
-        let owner = config
-            .executor_id
-            .clone()
-            .unwrap_or_else(|| format!("executor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
+        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        // Stable across restarts with the same settings, and unique on a host (no two
+        // processes bind one port): the group's static membership id.
+        let owner = config.executor_id.clone().unwrap_or_else(|| format!("{}:{}", host_name(), addr.port()));
         let kafka_config = config.kafka.clone();
         let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
         let consumer: TaskConsumer = kafka::client_config(
             &config.kafka,
             &[
                 ("group.id", &config.group),
+                // Static membership: a restarted executor takes its predecessor's partitions
+                // at once, without a rebalance, instead of after the session timeout.
+                ("group.instance.id", &owner),
+                ("client.id", &owner),
                 ("enable.auto.commit", "true"),
                 ("auto.commit.interval.ms", "1000"),
                 // Offsets are stored by us, only for work whose outcome is written.
@@ -161,7 +166,6 @@ impl App {
             )
             .context("creating the HTTP client")?,
         );
-        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
         Ok(Self {
             config,
@@ -179,6 +183,11 @@ impl App {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// This executor's name: its static group membership id and its Kafka client id.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
@@ -202,8 +211,21 @@ impl App {
                 finished_rx,
             ),
         );
+        let watch_token = token.child_token();
+        tasks.spawn(
+            "group watch",
+            group_watch::watch(
+                self.consumer.clone(),
+                self.config.group.clone(),
+                self.config.kafka.tasks_topic.clone(),
+                self.owner.clone(),
+                self.metrics.partitions_unassigned.clone(),
+                watch_token.clone(),
+            ),
+        );
         let runs = TaskTracker::new();
         let consumed = consume(&self, &offsets, &finished_tx, &runs, &token).await;
+        watch_token.cancel();
         drop(finished_tx);
         // Drain: let running callbacks finish (bounded), then the write-back.
         runs.close();
@@ -219,6 +241,16 @@ impl App {
         written?;
         consumed
     }
+}
+
+/// The host's name, for an executor's default identity.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 async fn consume(

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     pub callbacks_waiting: IntGauge,
     pub db_errors: IntCounter,
+    /// Partitions of the tasks topic that no member of the group holds.
+    pub partitions_unassigned: IntGauge,
 }
 
 impl Metrics {
@@ -49,6 +51,11 @@ impl Metrics {
         .expect("valid metric");
         let db_errors = IntCounter::new("punctual_executor_db_errors_total", "Failed status reads or writes (retried)")
             .expect("valid metric");
+        let partitions_unassigned = IntGauge::new(
+            "punctual_partitions_unassigned",
+            "Partitions of the tasks topic that no executor of the group holds, at the last check",
+        )
+        .expect("valid metric");
         for m in [
             Box::new(executed.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(skipped.clone()),
@@ -57,10 +64,21 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(callbacks_waiting.clone()),
             Box::new(db_errors.clone()),
+            Box::new(partitions_unassigned.clone()),
         ] {
             registry.register(m).expect("unique metric");
         }
-        Self { registry, executed, skipped, fire_lag, callback_duration, in_flight, callbacks_waiting, db_errors }
+        Self {
+            registry,
+            executed,
+            skipped,
+            fire_lag,
+            callback_duration,
+            in_flight,
+            callbacks_waiting,
+            db_errors,
+            partitions_unassigned,
+        }
     }
 }
 

@@ -1,0 +1,150 @@
+//! Executors in their consumer group, killed under load: restarted at once (static
+//! membership gives the new process its predecessor's partitions without waiting for the
+//! session timeout), restarted after the session timeout, or not restarted while two
+//! others take its partitions over. Each prints how soon firing resumed, and audits every
+//! occurrence: nothing lost, repeats only of calls in flight at the kill.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use punctual_executor::group_watch::{describe, GroupView};
+use punctual_testkit::load::{until, Load};
+use punctual_testkit::stack::metric_value;
+use punctual_testkit::{eventually, kafka_brokers, unique_name, Behaviour, Sink, Stack};
+use rdkafka::consumer::BaseConsumer;
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const TIMERS: i64 = 200;
+const SECONDS: i64 = 20;
+/// Each call takes this long, so that some are in flight when an executor dies.
+const CALL: Duration = Duration::from_millis(300);
+
+/// The calls in flight at `killed_at` (received within a call's length before it), and the
+/// keys that were called more than once.
+fn in_flight_and_repeated(sink: &Sink, killed_at: DateTime<Utc>) -> (HashSet<String>, HashSet<String>) {
+    let window = chrono::Duration::from_std(CALL).unwrap() + chrono::Duration::milliseconds(200);
+    let in_flight = sink
+        .calls()
+        .iter()
+        .filter(|c| c.received_at <= killed_at && c.received_at > killed_at - window)
+        .filter_map(|c| c.idempotency_key.clone())
+        .collect();
+    let mut seen = HashSet::new();
+    let repeated =
+        sink.calls().into_iter().filter_map(|c| c.idempotency_key).filter(|k| !seen.insert(k.clone())).collect();
+    (in_flight, repeated)
+}
+
+/// How long after `since` the sink received its first call.
+async fn first_call_after(sink: &Sink, since: DateTime<Utc>) -> Duration {
+    let first = eventually(Duration::from_secs(60), "a call after the restart", || async {
+        sink.calls().iter().map(|c| c.received_at).filter(|t| *t > since).min()
+    })
+    .await;
+    (first - since).to_std().unwrap_or_default()
+}
+
+/// The group as the broker describes it, read by a client outside it.
+fn group_view(stack: &Stack) -> GroupView {
+    let observer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique_name("observer"))
+        .create()
+        .expect("observer");
+    let group = stack.env.iter().find(|(k, _)| *k == "PUNCTUAL_EXECUTOR_GROUP").map(|(_, v)| v.clone()).unwrap();
+    describe(&observer, &group, &stack.topic).expect("group described")
+}
+
+fn audit_repeats(sink: &Sink, killed_at: DateTime<Utc>) {
+    let (in_flight, repeated) = in_flight_and_repeated(sink, killed_at);
+    println!("in flight when killed: {}, repeated: {}", in_flight.len(), repeated.len());
+    assert!(repeated.is_subset(&in_flight), "only calls in flight at the kill are repeated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_killed_and_restarted_within_a_second_resumes_at_once() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(CALL));
+    // The default session timeout (30 s): what a restart must not wait for.
+    let mut stack = Stack::start(&[]).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
+    until(&load, 6).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stack.executor.kill();
+    let killed_at = Utc::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stack.executor.restart();
+    let restarted_at = Utc::now();
+    let resumed = first_call_after(&sink, restarted_at).await;
+    println!("firing resumed {:.2} s after the restart", resumed.as_secs_f64());
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
+    audit_repeats(&sink, killed_at);
+    assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_restarted_after_the_session_timeout_resumes_at_once() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(CALL));
+    let mut stack = Stack::start(&[("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", "6000".into())]).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
+    until(&load, 4).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stack.executor.kill();
+    let killed_at = Utc::now();
+    // Past the session timeout: the group has removed the dead member.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    stack.executor.restart();
+    let restarted_at = Utc::now();
+    let resumed = first_call_after(&sink, restarted_at).await;
+    println!("firing resumed {:.2} s after the restart", resumed.as_secs_f64());
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
+    audit_repeats(&sink, killed_at);
+    assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_timeout() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(CALL));
+    let session = Duration::from_secs(6);
+    let mut stack = Stack::start(&[("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", session.as_millis().to_string())]).await;
+    let second = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    let third = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    let settled = eventually(Duration::from_secs(30), "three executors sharing every partition", || async {
+        let view = group_view(&stack);
+        (view.state == "Stable" && view.members.len() == 3 && view.unassigned.is_empty()).then_some(view)
+    })
+    .await;
+    println!("before: {settled:?}");
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
+    until(&load, 5).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stack.executor.kill();
+    let killed_at = Utc::now();
+    let killed = Instant::now();
+    let after = eventually(Duration::from_secs(30), "the two live executors holding every partition", || async {
+        let view = group_view(&stack);
+        (view.state == "Stable" && view.members.len() == 2 && view.unassigned.is_empty()).then_some(view)
+    })
+    .await;
+    let moved = killed.elapsed();
+    println!("partitions moved to the live executors {:.2} s after the kill: {after:?}", moved.as_secs_f64());
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
+    audit_repeats(&sink, killed_at);
+    // Within the session timeout, plus the rebalance itself and this test's polling.
+    assert!(moved <= session + Duration::from_secs(4), "took {moved:?}");
+    for live in [&second, &third] {
+        let text = stack.metrics(live).await;
+        assert_eq!(metric_value(&text, "punctual_partitions_unassigned"), Some(0.0), "{}", live.name);
+    }
+}
