@@ -35,5 +35,8 @@ cargo test --workspace "$@"
 cargo run -p punctual-bench -- run --smoke --out target/bench-smoke
 WHEEL_BENCH_SIZES=10000 cargo bench -p punctual-wheel -- --test
 
+# The deployment files, offline.
+scripts/check-deploy.sh
+
 # The README's first command, end to end.
 scripts/smoke-up.sh

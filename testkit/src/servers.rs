@@ -142,3 +142,44 @@ impl Drop for Broker {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Three Kafka nodes of a test's own (each broker and controller; topics replicated 3
+/// times, at least 2 in sync), started by scripts/stack.sh; stopped and deleted when
+/// dropped.
+pub struct Cluster {
+    pub dir: PathBuf,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let cluster = Cluster { dir: temp_dir("cluster") };
+        run(&["cluster-start", cluster.dir_arg()]);
+        cluster
+    }
+
+    fn dir_arg(&self) -> &str {
+        self.dir.to_str().expect("utf-8 path")
+    }
+
+    /// The bootstrap list of all three nodes.
+    pub fn brokers(&self) -> String {
+        std::fs::read_to_string(self.dir.join("brokers")).expect("the cluster's brokers").trim().to_owned()
+    }
+
+    /// SIGKILL to node `id` (1 to 3, its broker id too).
+    pub fn kill(&self, id: i32) {
+        run(&["node-kill", self.dir_arg(), &id.to_string()]);
+    }
+
+    /// Starts node `id` again with its log; returns once it accepts connections.
+    pub fn restart(&self, id: i32) {
+        run(&["node-start", self.dir_arg(), &id.to_string()]);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(stack_script()).args(["cluster-stop", self.dir_arg()]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

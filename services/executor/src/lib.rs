@@ -133,6 +133,11 @@ impl App {
                 // at once, without a rebalance, instead of after the session timeout.
                 ("group.instance.id", &owner),
                 ("client.id", &owner),
+                // Incremental rebalances: when a member joins or leaves, only the partitions
+                // that change owner move; the others' in-flight calls go on undisturbed
+                // (with the eager default every partition was revoked and their calls in
+                // flight ran again on their new owners).
+                ("partition.assignment.strategy", "cooperative-sticky"),
                 ("enable.auto.commit", "true"),
                 ("auto.commit.interval.ms", "1000"),
                 // Offsets are stored by us, only for work whose outcome is written.
