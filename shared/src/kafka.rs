@@ -122,12 +122,37 @@ pub enum TopicError {
     Create { topic: String, code: RDKafkaErrorCode },
     #[error("topic {0} has no partitions")]
     NoPartitions(String),
+    #[error(
+        "topic {topic} has {found} partitions, fewer than the {configured} of PUNCTUAL_TASKS_PARTITIONS: add \
+         partitions (kafka-topics.sh --bootstrap-server HOST:PORT --alter --topic {topic} --partitions \
+         {configured}) or set PUNCTUAL_TASKS_PARTITIONS={found}"
+    )]
+    TooFewPartitions { topic: String, found: i32, configured: i32 },
 }
 
 /// Creates the topic if it does not exist; returns its partition count.
 pub async fn ensure_topic(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<i32, TopicError> {
     create_topic_if_missing(cfg, topic, partitions).await?;
     partition_count(cfg, topic).await
+}
+
+/// Creates the tasks topic if it does not exist; returns its partition count, which maps
+/// buckets to partitions. An existing topic with fewer partitions than configured is an
+/// error that says what to do, not a map other than the one configured.
+pub async fn ensure_tasks_topic(cfg: &KafkaConfig) -> Result<i32, TopicError> {
+    let found = ensure_topic(cfg, &cfg.tasks_topic, cfg.tasks_partitions).await?;
+    if found < cfg.tasks_partitions {
+        return Err(TopicError::TooFewPartitions {
+            topic: cfg.tasks_topic.clone(),
+            found,
+            configured: cfg.tasks_partitions,
+        });
+    }
+    if found > cfg.tasks_partitions {
+        tracing::warn!(topic = %cfg.tasks_topic, found, configured = cfg.tasks_partitions,
+            "the tasks topic has more partitions than configured: all of them are used");
+    }
+    Ok(found)
 }
 
 /// Creates the topic unless it exists; true if it was created. Cheap enough to call

@@ -113,7 +113,7 @@ impl App {
     pub async fn build(config: ExecutorConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
+        kafka::ensure_tasks_topic(&config.kafka)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
         kafka::ensure_topic(&config.kafka, &config.dead_topic, 1)

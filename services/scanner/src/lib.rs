@@ -60,7 +60,7 @@ impl App {
             .unwrap_or_else(|| format!("scanner-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        let partitions = kafka::ensure_topic(&config.kafka, &config.kafka.tasks_topic, config.kafka.tasks_partitions)
+        let partitions = kafka::ensure_tasks_topic(&config.kafka)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
         let kafka_config = config.kafka.clone();
