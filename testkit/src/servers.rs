@@ -171,9 +171,23 @@ impl Cluster {
         run(&["node-kill", self.dir_arg(), &id.to_string()]);
     }
 
-    /// Starts node `id` again with its log; returns once it accepts connections.
+    /// Starts node `id` again with its log, as a supervisor would: at once, and again if
+    /// it exits while starting (a node restarted within the controller's broker session
+    /// may be refused as a duplicate registration); returns once it accepts connections.
     pub fn restart(&self, id: i32) {
-        run(&["node-start", self.dir_arg(), &id.to_string()]);
+        for attempt in 1..=10 {
+            let started = Command::new("bash")
+                .arg(stack_script())
+                .args(["node-start", self.dir_arg(), &id.to_string()])
+                .status()
+                .expect("run scripts/stack.sh");
+            if started.success() {
+                return;
+            }
+            eprintln!("node {id} did not start (attempt {attempt}): starting it again");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        panic!("node {id} did not start in 10 attempts");
     }
 }
 

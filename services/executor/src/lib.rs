@@ -293,6 +293,12 @@ async fn consume(
         for (received, slot) in batch {
             let message = match received {
                 Ok(m) => m,
+                // A fatal error ends the consumer for good (e.g. fenced as a static member,
+                // librdkafka issue #3437): exit, for the supervisor to start a new one, rather
+                // than stay up consuming nothing. The tasks not started are delivered again.
+                Err(e @ rdkafka::error::KafkaError::MessageConsumptionFatal(_)) => {
+                    return Err(anyhow::Error::new(e).context("the Kafka consumer failed for good; exiting to restart"));
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "Kafka consumer error");
                     continue;
