@@ -46,11 +46,12 @@ pub async fn claim(server: &str, rows: i64, batch: i64) -> anyhow::Result<ClaimB
     .execute(&pool)
     .await?;
     sqlx::query("VACUUM ANALYZE tasks").execute(&pool).await?;
+    let held = punctual_shared::bucket::join_and_acquire(&pool, "bench", Duration::from_secs(3600), 1024).await?;
     let started = Instant::now();
     let mut claimed = 0u64;
     loop {
-        let got = punctual_shared::task::claim(&pool, "bench", Duration::from_secs(5), Duration::from_secs(30), batch)
-            .await?;
+        let got =
+            punctual_shared::task::claim(&pool, &held, Duration::from_secs(5), Duration::from_secs(30), batch).await?;
         if got.is_empty() {
             break;
         }
@@ -107,6 +108,8 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         scheduled_at: chrono::Utc::now(),
         attempt: 1,
         due_at: Some(chrono::Utc::now()),
+        bucket: 1023,
+        epoch: 1_000,
     };
     let payload = serde_json::to_vec(&message)?;
     let key = message.key();

@@ -95,7 +95,7 @@ async fn record(State(deliveries): State<Deliveries>, headers: HeaderMap) -> Sta
     let Some(scheduled_us) = scheduled_us(key) else {
         return StatusCode::BAD_REQUEST;
     };
-    let bucket = punctual_shared::timer::identity_timer_id(key).map_or(-1, punctual_shared::task::bucket_of);
+    let bucket = punctual_shared::timer::identity_timer_id(key).map_or(-1, punctual_shared::bucket::bucket_of);
     let mut map = deliveries.lock().expect("sink lock");
     map.entry(key.into()).and_modify(|d| d.calls += 1).or_insert(Delivery {
         scheduled_us,

@@ -22,10 +22,25 @@ const SESSION_SETTINGS: [(&str, &str); 2] = [("random_page_cost", "1.1"), ("jit"
 /// started before Postgres, or outliving a Postgres restart, recovers by itself.
 pub fn connect_lazy(cfg: &DatabaseConfig) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = cfg.database_url.expose().parse()?;
-    Ok(PgPoolOptions::new()
-        .max_connections(cfg.database_max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options.application_name("punctual").options(SESSION_SETTINGS)))
+    Ok(pool_options(cfg).connect_lazy_with(options.application_name("punctual").options(SESSION_SETTINGS)))
+}
+
+/// As [`connect_lazy`], for a service whose transactions hold locks others wait for (a
+/// scanner's hold its membership): Postgres ends a session left idle within a transaction
+/// for longer than `idle_in_transaction`, so that a process frozen mid-transaction
+/// releases its locks instead of holding them until it thaws.
+pub fn connect_lazy_bounded(cfg: &DatabaseConfig, idle_in_transaction: Duration) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = cfg.database_url.expose().parse()?;
+    let idle = idle_in_transaction.as_millis().max(1).to_string();
+    let options = options
+        .application_name("punctual")
+        .options(SESSION_SETTINGS)
+        .options([("idle_in_transaction_session_timeout", idle.as_str())]);
+    Ok(pool_options(cfg).connect_lazy_with(options))
+}
+
+fn pool_options(cfg: &DatabaseConfig) -> PgPoolOptions {
+    PgPoolOptions::new().max_connections(cfg.database_max_connections).acquire_timeout(Duration::from_secs(5))
 }
 
 /// Runs the migrations, retrying while the database is not reachable yet.

@@ -49,3 +49,14 @@ pub async fn cancel_on_signal(token: CancellationToken) {
     tracing::info!("shutting down");
     token.cancel();
 }
+
+/// The host's name, for a service's default identity (`<host name>:<ops port>`: stable
+/// across restarts, and unique on a host since no two processes bind one port).
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}

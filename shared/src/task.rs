@@ -28,19 +28,9 @@ use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::bucket::{bucket_of, Held, OWNED};
 use crate::retry::RetryPolicy;
 use crate::timer::task_identity;
-
-/// Occurrences are spread over this many buckets by timer id; a bucket maps to a Kafka
-/// partition (bucket mod partitions) and is the unit later leased among scanners. Fixed:
-/// changing it would move timers between buckets.
-pub const BUCKETS: u16 = 1024;
-
-/// The bucket of a timer: stable, spread evenly for random (v4) ids.
-pub fn bucket_of(timer_id: Uuid) -> i16 {
-    let b = timer_id.as_bytes();
-    (u16::from_be_bytes([b[14], b[15]]) % BUCKETS) as i16
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,10 +66,11 @@ pub struct PlannedTask {
 
 /// Which of the occurrences a plan writes are written claimed, and by whom: a scanner
 /// that plans occurrences due within its lookahead claims them in the same write, rather
-/// than inserting them pending and claiming them with a second write moments later.
+/// than inserting them pending and claiming them with a second write moments later. Only
+/// the occurrences of buckets it still holds (the statement checks) are written claimed.
 #[derive(Debug, Clone)]
 pub struct PlanClaim<'a> {
-    pub owner: &'a str,
+    pub held: &'a Held,
     /// Occurrences due before this are written claimed.
     pub due_before: DateTime<Utc>,
     /// Past each occurrence's due time, as in [`claim`].
@@ -105,13 +96,14 @@ struct PlannedRow {
     bucket: i16,
     attempt: i32,
     lease_until: Option<DateTime<Utc>>,
+    epoch: Option<i64>,
 }
 
 /// Inserts occurrences; an occurrence that exists already is left alone, unless it was
 /// planned from an older version of its timer and has not started, in which case it is
 /// re-planned from the new version (if a scanner holds its claim, it keeps it). With
-/// `claim`, those due before `claim.due_before` are written claimed by `claim.owner` (one
-/// write instead of an insert and a claim).
+/// `claim`, those due before `claim.due_before` are written claimed by `claim.held`'s
+/// owner, at their buckets' epochs (one write instead of an insert and a claim).
 pub async fn plan(
     db: impl PgExecutor<'_>,
     tasks: &[PlannedTask],
@@ -124,40 +116,50 @@ pub async fn plan(
     let scheduled: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.scheduled_at).collect();
     let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
     let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
-    // With no claim, `s < NULL` is never true: every row is written pending. A row comes
-    // back with its lease only if this statement claimed it (`now()` is the transaction's
-    // start, so `claimed_at = now()` tells this claim from an earlier one).
-    // A re-planned occurrence whose claim is still held stays with its holder, which
+    let nobody = Held::default();
+    let held = claim.map_or(&nobody, |c| c.held);
+    // With no claim, `owned` is empty and `s < NULL` never true: every row is written
+    // pending. A row comes back with its lease only if this statement claimed it (`now()`
+    // is the transaction's start, so `claimed_at = now()` tells this claim from an earlier
+    // one). A re-planned occurrence whose claim is still held stays with its holder, which
     // publishes it once, and runs from the new version; giving it a second claim would
     // have two scanners publish it, and both messages would run.
-    let held = "tasks.status = 'claimed' AND tasks.lease_until > now()";
-    let keep_if_held = |col: &str| format!("{col} = CASE WHEN {held} THEN tasks.{col} ELSE EXCLUDED.{col} END");
-    let keep: Vec<String> =
-        ["status", "attempt", "due_at", "claim_owner", "claimed_at", "lease_until"].map(keep_if_held).into();
+    let still_held = "tasks.status = 'claimed' AND tasks.lease_until > now()";
+    let keep_if_held = |col: &str| format!("{col} = CASE WHEN {still_held} THEN tasks.{col} ELSE EXCLUDED.{col} END");
+    let keep: Vec<String> = ["status", "attempt", "due_at", "claim_owner", "claim_epoch", "claimed_at", "lease_until"]
+        .map(keep_if_held)
+        .into();
     let rows: Vec<PlannedRow> = sqlx::query_as(&format!(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket,
-                            status, claim_owner, claimed_at, lease_until)
+        "WITH {OWNED}
+         INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket,
+                            status, claim_owner, claim_epoch, claimed_at, lease_until)
          SELECT t, s, s, v, b,
-                CASE WHEN s < $5 THEN 'claimed' ELSE 'pending' END,
-                CASE WHEN s < $5 THEN $6 END,
-                CASE WHEN s < $5 THEN now() END,
-                CASE WHEN s < $5 THEN GREATEST(s, now()) + $7::interval END
-           FROM UNNEST($1::uuid[], $2::timestamptz[], $3::bigint[], $4::smallint[]) AS u(t, s, v, b)
+                CASE WHEN c THEN 'claimed' ELSE 'pending' END,
+                CASE WHEN c THEN $1 END,
+                CASE WHEN c THEN epoch END,
+                CASE WHEN c THEN now() END,
+                CASE WHEN c THEN GREATEST(s, now()) + $9::interval END
+           FROM (SELECT u.*, o.epoch, s < $8 AND o.epoch IS NOT NULL AS c
+                   FROM UNNEST($4::uuid[], $5::timestamptz[], $6::bigint[], $7::smallint[]) AS u(t, s, v, b)
+                   LEFT JOIN owned o ON o.bucket = u.b) AS x
          ON CONFLICT (timer_id, scheduled_at) DO UPDATE
             SET timer_version = EXCLUDED.timer_version, {}, error = NULL, finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
             AND tasks.status IN ('pending', 'claimed', 'cancelled')
          RETURNING id, timer_id, scheduled_at, due_at, bucket, attempt,
-                   CASE WHEN status = 'claimed' AND claim_owner = $6 AND claimed_at = now() THEN lease_until END
-                     AS lease_until",
+                   CASE WHEN status = 'claimed' AND claim_owner = $1 AND claimed_at = now() THEN lease_until END
+                     AS lease_until,
+                   claim_epoch AS epoch",
         keep.join(", ")
     ))
+    .bind(&held.owner)
+    .bind(&held.buckets)
+    .bind(&held.epochs)
     .bind(&timer_ids)
     .bind(&scheduled)
     .bind(&versions)
     .bind(&buckets)
     .bind(claim.map(|c| c.due_before))
-    .bind(claim.map(|c| c.owner))
     .bind(claim.map_or(Duration::ZERO, |c| c.lease))
     .fetch_all(db)
     .await?;
@@ -167,6 +169,7 @@ pub async fn plan(
         .filter_map(|r| {
             Some(ClaimedTask {
                 lease_until: r.lease_until?,
+                epoch: r.epoch?,
                 id: r.id,
                 timer_id: r.timer_id,
                 scheduled_at: r.scheduled_at,
@@ -188,18 +191,25 @@ pub struct ClaimedTask {
     pub scheduled_at: DateTime<Utc>,
     pub due_at: DateTime<Utc>,
     pub bucket: i16,
+    /// The bucket's epoch when claimed: the message carries it, and the executor runs the
+    /// task only while the task is claimed at that epoch.
+    pub epoch: i64,
     pub attempt: i32,
     pub lease_until: DateTime<Utc>,
-    /// Claimed before, and its lease expired without the task starting: its scanner died
-    /// or froze, or its message was lost.
+    /// Claimed before, and claimed again without having started: its lease expired (its
+    /// scanner died or froze, or its message was lost) or its bucket changed owner.
     pub reclaimed: bool,
 }
 
-/// Claims up to `limit` tasks: pending ones due before now + `lookahead` (first attempts
-/// and retries alike), and claimed ones whose lease has expired without their task
-/// starting (their scanner died or froze, or their message never reached an executor).
-/// Each row is locked with SKIP LOCKED, so concurrent claimers never block on or share a
-/// task.
+/// The columns of a [`ClaimedTask`] returned by an `UPDATE tasks t`.
+const CLAIMED_COLUMNS: &str =
+    "t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.claim_epoch AS epoch, t.attempt, t.lease_until";
+
+/// Claims up to `limit` tasks of the buckets `held` still holds: pending ones due before
+/// now + `lookahead` (first attempts and retries alike), and claimed ones whose lease has
+/// expired without their task starting (their scanner died or froze, or their message
+/// never reached an executor). Each row is locked with SKIP LOCKED, so concurrent
+/// claimers never block on or share a task.
 ///
 /// A lease runs `lease` past the task's due time (or past now, for a task already due),
 /// not past the claim: how far ahead a task was claimed then does not shorten the time an
@@ -207,37 +217,69 @@ pub struct ClaimedTask {
 /// claim, a task planned 10 s ahead had 8 s of backlog before its start needed a write of
 /// its own, and under overload those writes deepened the backlog that caused them.
 pub async fn claim(
-    db: &PgPool,
-    owner: &str,
+    db: impl PgExecutor<'_>,
+    held: &Held,
     lookahead: Duration,
     lease: Duration,
     limit: i64,
 ) -> Result<Vec<ClaimedTask>, sqlx::Error> {
-    sqlx::query_as::<_, ClaimedTask>(
-        "WITH due AS (
-            SELECT id FROM tasks
-             WHERE status = 'pending' AND due_at < now() + $3::interval
-             ORDER BY due_at
-             LIMIT $4
-             FOR UPDATE SKIP LOCKED
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as::<_, ClaimedTask>(&format!(
+        "WITH {OWNED}, due AS (
+            SELECT t.id FROM tasks t JOIN owned o ON o.bucket = t.bucket
+             WHERE t.status = 'pending' AND t.due_at < now() + $5::interval
+             ORDER BY t.due_at
+             LIMIT $6
+             FOR UPDATE OF t SKIP LOCKED
          ), expired AS (
-            SELECT id FROM tasks
-             WHERE status = 'claimed' AND lease_until < now()
-             ORDER BY lease_until
-             LIMIT $4
-             FOR UPDATE SKIP LOCKED
+            SELECT t.id FROM tasks t JOIN owned o ON o.bucket = t.bucket
+             WHERE t.status = 'claimed' AND t.lease_until < now()
+             ORDER BY t.lease_until
+             LIMIT $6
+             FOR UPDATE OF t SKIP LOCKED
          )
          UPDATE tasks t
-            SET status = 'claimed', claim_owner = $1, claimed_at = now(),
-                lease_until = GREATEST(t.due_at, now()) + $2::interval
-           FROM (SELECT id, false AS reclaimed FROM due UNION ALL SELECT id, true FROM expired) c
-          WHERE t.id = c.id
-         RETURNING t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.attempt, t.lease_until, c.reclaimed",
-    )
-    .bind(owner)
+            SET status = 'claimed', claim_owner = $1, claim_epoch = o.epoch, claimed_at = now(),
+                lease_until = GREATEST(t.due_at, now()) + $4::interval
+           FROM (SELECT id, false AS reclaimed FROM due UNION ALL SELECT id, true FROM expired) c, owned o
+          WHERE t.id = c.id AND o.bucket = t.bucket
+         RETURNING {CLAIMED_COLUMNS}, c.reclaimed"
+    ))
+    .bind(&held.owner)
+    .bind(&held.buckets)
+    .bind(&held.epochs)
     .bind(lease)
     .bind(lookahead)
     .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Claims again, at once, the tasks of buckets just acquired (`acquired`, at their new
+/// epochs) that are still claimed under an earlier epoch: their former owner died, froze
+/// or handed them over, and may never publish them, or may publish them with an epoch the
+/// executor now refuses. A task whose message was already sent and that is running
+/// without a mark is not run again by the new message: the executor running it skips a
+/// message for a task it has in flight, and a task that finished is not claimed.
+pub async fn reclaim_taken(db: &PgPool, acquired: &Held, lease: Duration) -> Result<Vec<ClaimedTask>, sqlx::Error> {
+    if acquired.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as::<_, ClaimedTask>(&format!(
+        "WITH {OWNED}
+         UPDATE tasks t
+            SET claim_owner = $1, claim_epoch = o.epoch, claimed_at = now(),
+                lease_until = GREATEST(t.due_at, now()) + $4::interval
+           FROM owned o
+          WHERE t.bucket = o.bucket AND t.status = 'claimed' AND t.claim_epoch IS DISTINCT FROM o.epoch
+         RETURNING {CLAIMED_COLUMNS}, true AS reclaimed"
+    ))
+    .bind(&acquired.owner)
+    .bind(&acquired.buckets)
+    .bind(&acquired.epochs)
+    .bind(lease)
     .fetch_all(db)
     .await
 }
@@ -347,9 +389,25 @@ const RETRY_COLUMNS: &str = "tm.retry_max_attempts, tm.retry_initial_ms, tm.retr
 /// timeout.
 const UNMARKED_RUN_MARGIN_MS: i32 = 2_000;
 
-/// Starts tasks for executor `owner`, from their messages (task id, attempt). Returns only
-/// what the caller must run; a redelivered message whose task finished, or is at another
-/// attempt, changes nothing and is not returned.
+/// What the executor asks to start: a message's task, attempt and epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartRequest {
+    pub task_id: i64,
+    pub attempt: i32,
+    pub epoch: i64,
+}
+
+impl From<&TaskMessage> for StartRequest {
+    fn from(m: &TaskMessage) -> Self {
+        Self { task_id: m.task_id, attempt: m.attempt, epoch: m.epoch }
+    }
+}
+
+/// Starts tasks for executor `owner`, from their messages. Returns only what the caller
+/// must run; a redelivered message whose task finished, or is at another attempt, changes
+/// nothing and is not returned, and neither does a message from an epoch that is not the
+/// one its task was last claimed at (its scanner lost the bucket, and the task was claimed
+/// again by the bucket's new owner, whose message runs it).
 ///
 /// Most tasks start without a write: an HTTP callback of an active, unchanged timer whose
 /// overlap policy is `allow`, and whose claim outlives the callback's timeout (plus a
@@ -364,25 +422,27 @@ const UNMARKED_RUN_MARGIN_MS: i32 = 2_000;
 pub async fn start(
     db: &PgPool,
     owner: &str,
-    tasks: &[(i64, i32)],
+    tasks: &[StartRequest],
     actions: &ActionCache,
 ) -> Result<Vec<StartedTask>, sqlx::Error> {
-    let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
-    let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
+    let ids: Vec<i64> = tasks.iter().map(|t| t.task_id).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
+    let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
-        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, now() AS started_at, tm.version AS timer_version,
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.claim_epoch AS epoch, now() AS started_at, tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
                  AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond') AS unmarked
-           FROM UNNEST($1::bigint[], $2::int[]) AS m(id, attempt)
+           FROM UNNEST($1::bigint[], $2::int[], $4::bigint[]) AS m(id, attempt, epoch)
            JOIN tasks t ON t.id = m.id
            JOIN timers tm ON tm.id = t.timer_id
-          WHERE t.attempt = m.attempt"
+          WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch"
     ))
     .bind(&ids)
     .bind(&attempts)
     .bind(UNMARKED_RUN_MARGIN_MS)
+    .bind(&epochs)
     .fetch_all(db)
     .await?;
     let mut started = Vec::with_capacity(tasks.len());
@@ -390,7 +450,7 @@ pub async fn start(
     for row in &rows {
         let candidate = StartCandidate::from_row(row)?;
         if !candidate.unmarked {
-            marked.push((candidate.id, candidate.attempt));
+            marked.push(StartRequest { task_id: candidate.id, attempt: candidate.attempt, epoch: candidate.epoch });
             continue;
         }
         // The action's columns come with every row (one statement, whatever the cache
@@ -423,6 +483,7 @@ struct StartCandidate {
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
     attempt: i32,
+    epoch: i64,
     started_at: DateTime<Utc>,
     timer_version: i64,
     /// An interval or cron timer, whose version fires again.
@@ -466,9 +527,10 @@ struct MarkedStart {
 /// and unchanged since the task was planned. The others of the batch that are waiting are
 /// cancelled, or deferred (overlap policy). A redelivered message whose task is running
 /// here changes nothing.
-pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Result<Vec<StartedTask>, sqlx::Error> {
-    let ids: Vec<i64> = tasks.iter().map(|t| t.0).collect();
-    let attempts: Vec<i32> = tasks.iter().map(|t| t.1).collect();
+pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> Result<Vec<StartedTask>, sqlx::Error> {
+    let ids: Vec<i64> = tasks.iter().map(|t| t.task_id).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
+    let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     // verdict: 'none' (finished, or running here already); 'run'; 'cancel' (timer not
     // active or changed; overlap 'skip'; overlap 'buffer_one' with one already waiting);
     // 'defer' (overlap 'buffer_one': back to pending, due again shortly, until the running
@@ -495,10 +557,10 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
                    CASE WHEN tm.state = 'active' AND tm.version = t.timer_version
                         THEN 'overlap: the previous run was still running'
                         ELSE 'timer paused, deleted or changed before the occurrence ran' END AS reason
-              FROM UNNEST($1::bigint[], $2::int[]) AS m(id, attempt)
+              FROM UNNEST($1::bigint[], $2::int[], $4::bigint[]) AS m(id, attempt, epoch)
               JOIN tasks t ON t.id = m.id
               JOIN timers tm ON tm.id = t.timer_id
-             WHERE t.attempt = m.attempt
+             WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch
              FOR UPDATE OF t
          ), cancelled AS (
             UPDATE tasks t SET status = 'cancelled', finished_at = now(), error = w.reason
@@ -506,7 +568,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
              WHERE t.id = w.id AND w.verdict = 'cancel'
          ), deferred AS (
             UPDATE tasks t SET status = 'pending', due_at = now() + interval '200 milliseconds',
-                   claim_owner = NULL, lease_until = NULL
+                   claim_owner = NULL, claim_epoch = NULL, lease_until = NULL
               FROM waiting w
              WHERE t.id = w.id AND w.verdict = 'defer'
          ), started AS (
@@ -521,6 +583,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
     .bind(&ids)
     .bind(&attempts)
     .bind(owner)
+    .bind(&epochs)
     .fetch_all(db)
     .await?;
     Ok(rows
@@ -542,14 +605,20 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[(i64, i32)]) -> Res
 /// down or far behind): with `skip` all are cancelled, with `fire_once` all but the latest
 /// of each timer, with `fire_all` those older than the timer's catch-up window. In normal
 /// operation nothing is that late and the statement reads nothing: two index range scans
-/// (pending by due time, claimed by lease expiry) that find no row.
-pub async fn cancel_misfired(db: &PgPool, threshold: Duration) -> Result<u64, sqlx::Error> {
-    let result = sqlx::query(
-        "WITH late AS (
-            SELECT id FROM tasks WHERE status = 'pending' AND due_at < now() - $1::interval AND attempt = 1
+/// (pending by due time, claimed by lease expiry) that find no row. Only the tasks of the
+/// buckets `held` still holds are judged.
+pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> Result<u64, sqlx::Error> {
+    if held.is_empty() {
+        return Ok(0);
+    }
+    let result = sqlx::query(&format!(
+        "WITH {OWNED}, late AS (
+            SELECT t.id FROM tasks t JOIN owned o ON o.bucket = t.bucket
+             WHERE t.status = 'pending' AND t.due_at < now() - $4::interval AND t.attempt = 1
             UNION ALL
-            SELECT id FROM tasks WHERE status = 'claimed' AND lease_until < now()
-                                   AND due_at < now() - $1::interval AND attempt = 1
+            SELECT t.id FROM tasks t JOIN owned o ON o.bucket = t.bucket
+             WHERE t.status = 'claimed' AND t.lease_until < now()
+               AND t.due_at < now() - $4::interval AND t.attempt = 1
          ), missed AS (
             SELECT t.id, tm.misfire_policy,
                    t.scheduled_at < now() - tm.catchup_window_ms * interval '1 millisecond' AS beyond_window,
@@ -562,8 +631,11 @@ pub async fn cancel_misfired(db: &PgPool, threshold: Duration) -> Result<u64, sq
           WHERE t.id = m.id AND t.status IN ('pending', 'claimed')
             AND (m.misfire_policy = 'skip'
                  OR (m.misfire_policy = 'fire_once' AND m.newest > 1)
-                 OR (m.misfire_policy = 'fire_all' AND m.beyond_window))",
-    )
+                 OR (m.misfire_policy = 'fire_all' AND m.beyond_window))"
+    ))
+    .bind(&held.owner)
+    .bind(&held.buckets)
+    .bind(&held.epochs)
     .bind(threshold)
     .execute(db)
     .await?;
@@ -644,6 +716,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
                 due_at = COALESCE(v.due_at, t.due_at),
                 finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE now() END,
                 claim_owner = NULL, lease_until = NULL,
+                claim_epoch = CASE WHEN v.status = 'pending' THEN NULL ELSE t.claim_epoch END,
                 http_status = v.http_status, response_excerpt = v.excerpt, error = v.error,
                 duration_ms = v.duration_ms
            FROM v
@@ -668,7 +741,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
 pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar(
         "UPDATE tasks SET status = 'pending', due_at = now(), attempt = attempt + 1, finished_at = NULL,
-                claim_owner = NULL, lease_until = NULL
+                claim_owner = NULL, claim_epoch = NULL, lease_until = NULL
           WHERE id = ANY($1) AND status = 'dead'
          RETURNING id",
     )
@@ -691,6 +764,10 @@ pub struct TaskMessage {
     /// scanners, which published at the due time: those run at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at: Option<DateTime<Utc>>,
+    /// The task's bucket, and the epoch its scanner held the bucket at when it claimed the
+    /// task: a message from a superseded epoch runs nothing.
+    pub bucket: i16,
+    pub epoch: i64,
 }
 
 impl TaskMessage {
@@ -719,6 +796,8 @@ impl From<&ClaimedTask> for TaskMessage {
             scheduled_at: t.scheduled_at,
             attempt: t.attempt,
             due_at: Some(t.due_at),
+            bucket: t.bucket,
+            epoch: t.epoch,
         }
     }
 }
@@ -728,16 +807,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_in_range_and_stable() {
-        for _ in 0..1000 {
-            let id = Uuid::new_v4();
-            let b = bucket_of(id);
-            assert!((0..BUCKETS as i16).contains(&b));
-            assert_eq!(b, bucket_of(id));
-        }
-    }
-
-    #[test]
     fn message_round_trips_and_keys_by_identity() {
         let m = TaskMessage {
             task_id: 7,
@@ -745,12 +814,18 @@ mod tests {
             scheduled_at: DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc),
             attempt: 1,
             due_at: Some(DateTime::parse_from_rfc3339("2026-12-24T18:00:01Z").unwrap().with_timezone(&Utc)),
+            bucket: 3,
+            epoch: 12,
         };
         let v = serde_json::to_vec(&m).unwrap();
         assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
         assert_eq!(m.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z");
-        // A message of a scanner from before due_at was sent: due at once.
-        let old = br#"{"task_id":7,"timer_id":"00000000-0000-0000-0000-000000000000","scheduled_at":"2026-12-24T18:00:00.5Z","attempt":1}"#;
-        assert_eq!(serde_json::from_slice::<TaskMessage>(old).unwrap(), TaskMessage { due_at: None, ..m });
+        // Without a due time: due at once.
+        let undated = br#"{"task_id":7,"timer_id":"00000000-0000-0000-0000-000000000000","scheduled_at":"2026-12-24T18:00:00.5Z","attempt":1,"bucket":3,"epoch":12}"#;
+        assert_eq!(serde_json::from_slice::<TaskMessage>(undated).unwrap(), TaskMessage { due_at: None, ..m });
+        // A message of a scanner from before bucket leases has no epoch: not run (its task
+        // is claimed again when its lease expires).
+        let unfenced = br#"{"task_id":7,"timer_id":"00000000-0000-0000-0000-000000000000","scheduled_at":"2026-12-24T18:00:00.5Z","attempt":1}"#;
+        assert!(serde_json::from_slice::<TaskMessage>(unfenced).is_err());
     }
 }

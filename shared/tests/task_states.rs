@@ -32,12 +32,29 @@ async fn claimed_tasks(db: &TestDb, timer_id: Uuid, n: i64) -> Vec<i64> {
         })
         .collect();
     task::plan(&db.pool, &planned, None).await.unwrap();
-    let claimed = task::claim(&db.pool, "owner", Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
+    let held = db.hold_buckets("owner").await;
+    let claimed = task::claim(&db.pool, &held, Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
     claimed.into_iter().filter(|t| t.timer_id == timer_id).map(|t| t.id).collect()
 }
 
-fn first_attempts(ids: &[i64]) -> Vec<(i64, i32)> {
-    ids.iter().map(|id| (*id, 1)).collect()
+/// Start requests for the first attempts of `ids`, as their messages would carry them.
+async fn first_attempts(db: &TestDb, ids: &[i64]) -> Vec<task::StartRequest> {
+    let attempts: Vec<(i64, i32)> = ids.iter().map(|id| (*id, 1)).collect();
+    requests(db, &attempts).await
+}
+
+/// Start requests for `(task id, attempt)`s, at the epochs their tasks are claimed at.
+async fn requests(db: &TestDb, attempts: &[(i64, i32)]) -> Vec<task::StartRequest> {
+    let mut requests = Vec::new();
+    for (id, attempt) in attempts {
+        let epoch: Option<i64> = sqlx::query_scalar("SELECT claim_epoch FROM tasks WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        requests.push(task::StartRequest { task_id: *id, attempt: *attempt, epoch: epoch.unwrap_or(0) });
+    }
+    requests
 }
 
 fn outcome(id: i64, attempt: i32, next: Next) -> Outcome {
@@ -59,13 +76,13 @@ async fn a_marked_task_starts_once_and_finishes_once() {
     let t = timer(&db).await;
     let ids = claimed_tasks(&db, t, 3).await;
 
-    let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap();
+    let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap();
     assert_eq!(started.len(), 3);
     assert!(started.iter().all(|s| s.action.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
     assert_eq!(started[0].retry, punctual_shared::retry::RetryPolicy::default());
     // A redelivered message to the same executor starts nothing, and cancels nothing.
-    assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&ids)).await.unwrap().is_empty());
-    assert!(task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default())
+    assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap().is_empty());
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default())
         .await
         .unwrap()
         .is_empty());
@@ -98,13 +115,14 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     let t = timer(&db).await;
     // Claimed for 30 s; the callback times out after 10 s (the default): no mark needed.
     let ids = claimed_tasks(&db, t, 2).await;
-    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default()).await.unwrap();
+    let started =
+        task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.len(), 2);
     assert_eq!(row(&db, ids[0]).await.0, "claimed", "started without a write");
     assert_eq!(task::finish(&db.pool, &[outcome(ids[0], 1, Next::Succeeded)]).await.unwrap(), 1);
     assert_eq!(row(&db, ids[0]).await.0, "succeeded");
     // A message redelivered after the outcome is written starts nothing.
-    assert!(task::start(&db.pool, "exec-2", &first_attempts(&ids[..1]), &task::ActionCache::default())
+    assert!(task::start(&db.pool, "exec-2", &first_attempts(&db, &ids[..1]).await, &task::ActionCache::default())
         .await
         .unwrap()
         .is_empty());
@@ -116,7 +134,10 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     let slow = timer_with(&db, "http_timeout_ms", "60000").await;
     let slow_ids = claimed_tasks(&db, slow, 1).await;
     assert_eq!(
-        task::start(&db.pool, "exec-1", &first_attempts(&slow_ids), &task::ActionCache::default()).await.unwrap().len(),
+        task::start(&db.pool, "exec-1", &first_attempts(&db, &slow_ids).await, &task::ActionCache::default())
+            .await
+            .unwrap()
+            .len(),
         1
     );
     assert_eq!(row(&db, slow_ids[0]).await.0, "running");
@@ -130,15 +151,17 @@ async fn a_timers_action_is_read_once_per_version() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let actions = task::ActionCache::default();
-    let first =
-        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, t, 2).await), &actions).await.unwrap();
+    let first = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, t, 2).await).await, &actions)
+        .await
+        .unwrap();
     assert_eq!(first.len(), 2);
     assert!(std::sync::Arc::ptr_eq(&first[0].action, &first[1].action), "one action for the batch");
     assert_eq!(actions.len(), 1);
 
     sqlx::query("UPDATE timers SET retry_max_attempts = 7 WHERE id = $1").bind(t).execute(&db.pool).await.unwrap();
-    let later =
-        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, t, 1).await), &actions).await.unwrap();
+    let later = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, t, 1).await).await, &actions)
+        .await
+        .unwrap();
     assert!(std::sync::Arc::ptr_eq(&first[0].action, &later[0].action), "the version's action is not read again");
     assert_eq!(later[0].retry.max_attempts, 7, "the retry policy is read with each start");
 
@@ -150,13 +173,17 @@ async fn a_timers_action_is_read_once_per_version() {
         .await
         .unwrap();
     let stale = claimed_tasks(&db, t, 1).await;
-    assert!(task::start(&db.pool, "exec-1", &first_attempts(&stale), &actions).await.unwrap().is_empty());
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&db, &stale).await, &actions).await.unwrap().is_empty());
     assert_eq!(row(&db, stale[0]).await.0, "cancelled");
     let planned =
         PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(1), timer_version: 2 };
     task::plan(&db.pool, &[planned], None).await.unwrap();
-    let claimed = task::claim(&db.pool, "owner", Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
-    let current = task::start(&db.pool, "exec-1", &first_attempts(&[claimed[0].id]), &actions).await.unwrap();
+    let claimed =
+        task::claim(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(5), Duration::from_secs(30), 1000)
+            .await
+            .unwrap();
+    let current =
+        task::start(&db.pool, "exec-1", &first_attempts(&db, &[claimed[0].id]).await, &actions).await.unwrap();
     assert_eq!(current[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/new"));
 
     // A one-shot timer's version never fires again: its action is not kept.
@@ -168,8 +195,9 @@ async fn a_timers_action_is_read_once_per_version() {
     .await
     .unwrap();
     let kept = actions.len();
-    let ran =
-        task::start(&db.pool, "exec-1", &first_attempts(&claimed_tasks(&db, once, 1).await), &actions).await.unwrap();
+    let ran = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, once, 1).await).await, &actions)
+        .await
+        .unwrap();
     assert_eq!(ran[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/once"));
     assert_eq!(actions.len(), kept);
 }
@@ -182,12 +210,13 @@ async fn a_lease_runs_from_the_due_time_however_early_the_task_was_claimed() {
     let now: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&db.pool).await.unwrap();
     let at = |s: i64| now + chrono::Duration::seconds(s);
     // Planned claimed 8 s ahead; claimed pending 4 s ahead; claimed 60 s overdue.
-    let claim = task::PlanClaim { owner: "scanner-1", due_before: at(10), lease };
+    let held = db.hold_buckets("scanner-1").await;
+    let claim = task::PlanClaim { held: &held, due_before: at(10), lease };
     let planned = PlannedTask { timer_id: t, scheduled_at: at(8), timer_version: 1 };
     let written = task::plan(&db.pool, &[planned], Some(&claim)).await.unwrap();
     let pending = [at(4), at(-60)].map(|s| PlannedTask { timer_id: t, scheduled_at: s, timer_version: 1 });
     task::plan(&db.pool, &pending, None).await.unwrap();
-    let claimed = task::claim(&db.pool, "scanner-1", Duration::from_secs(5), lease, 10).await.unwrap();
+    let claimed = task::claim(&db.pool, &held, Duration::from_secs(5), lease, 10).await.unwrap();
     assert_eq!(claimed.len(), 2);
 
     let lease = chrono::Duration::seconds(30);
@@ -204,20 +233,35 @@ async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
-    task::start(&db.pool, "exec-1", &[(id, 1)], &task::ActionCache::default()).await.unwrap();
+    task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
     let due_at = Utc::now() + chrono::Duration::seconds(2);
     assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Retry { due_at })]).await.unwrap(), 1);
     assert_eq!(row(&db, id).await, ("pending".to_owned(), 2));
 
     // Not claimable before its new due time comes within the lookahead.
-    let early = task::claim(&db.pool, "s", Duration::from_millis(500), Duration::from_secs(30), 10).await.unwrap();
+    let early =
+        task::claim(&db.pool, &db.hold_buckets("owner").await, Duration::from_millis(500), Duration::from_secs(30), 10)
+            .await
+            .unwrap();
     assert!(early.is_empty());
-    let claimed = task::claim(&db.pool, "s", Duration::from_secs(5), Duration::from_secs(30), 10).await.unwrap();
+    let claimed =
+        task::claim(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(5), Duration::from_secs(30), 10)
+            .await
+            .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].attempt, claimed[0].due_at.timestamp_millis()), (2, due_at.timestamp_millis()));
     // A stale message of attempt 1 does not start attempt 2.
-    assert!(task::start(&db.pool, "exec-1", &[(id, 1)], &task::ActionCache::default()).await.unwrap().is_empty());
-    assert_eq!(task::start(&db.pool, "exec-1", &[(id, 2)], &task::ActionCache::default()).await.unwrap().len(), 1);
+    assert!(task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        task::start(&db.pool, "exec-1", &requests(&db, &[(id, 2)]).await, &task::ActionCache::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     task::finish(&db.pool, &[outcome(id, 2, Next::Dead)]).await.unwrap();
     let attempts: Vec<(i32, Option<i16>)> =
         sqlx::query_as("SELECT attempt, http_status FROM task_attempts WHERE task_id = $1 ORDER BY attempt")
@@ -238,12 +282,12 @@ async fn a_task_running_under_a_crashed_executor_runs_again_on_redelivery() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
-    assert_eq!(task::start_marked(&db.pool, "exec-1", &[(id, 1)]).await.unwrap().len(), 1);
+    assert_eq!(task::start_marked(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await).await.unwrap().len(), 1);
     // exec-1 dies mid-callback; its uncommitted message goes to exec-2.
-    let again = task::start_marked(&db.pool, "exec-2", &[(id, 1)]).await.unwrap();
+    let again = task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempt, 1, "the same attempt, with the same identity");
-    assert!(task::start_marked(&db.pool, "exec-2", &[(id, 1)]).await.unwrap().is_empty());
+    assert!(task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -268,7 +312,8 @@ async fn tasks_of_paused_deleted_or_edited_timers_are_cancelled_not_run() {
         sqlx::query_scalar("SELECT version FROM timers WHERE id = $1").bind(edited).fetch_one(&db.pool).await.unwrap();
     assert_eq!(version, 2, "an edit bumps the version");
 
-    let started = task::start(&db.pool, "exec-1", &first_attempts(&ids), &task::ActionCache::default()).await.unwrap();
+    let started =
+        task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.iter().map(|s| s.timer_id).collect::<Vec<_>>(), vec![kept]);
     for id in &ids[..3] {
         assert_eq!(row(&db, *id).await.0, "cancelled");
@@ -305,7 +350,8 @@ async fn late_tasks_follow_their_timers_misfire_policy() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let cancelled = task::cancel_misfired(&db.pool, Duration::from_secs(60)).await.unwrap();
+    let cancelled =
+        task::cancel_misfired(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(60)).await.unwrap();
     let pending = |t: Uuid| {
         let pool = db.pool.clone();
         async move {
@@ -322,7 +368,10 @@ async fn late_tasks_follow_their_timers_misfire_policy() {
     // fire_all, window 3595.5 s: of the late ones (3600 s to 3591 s ago), the 5 newest are inside.
     assert_eq!(pending(timers[2]).await, 5 + 1, "fire_all: those within the catch-up window");
     assert_eq!(cancelled, 10 + 9 + 5);
-    assert_eq!(task::cancel_misfired(&db.pool, Duration::from_secs(60)).await.unwrap(), 0);
+    assert_eq!(
+        task::cancel_misfired(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(60)).await.unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -336,11 +385,20 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
         let t = timer_with(&db, "overlap_policy", policy).await;
         let ids = claimed_tasks(&db, t, 3).await;
         assert_eq!(
-            task::start(&db.pool, "exec-1", &[(ids[0], 1)], &task::ActionCache::default()).await.unwrap().len(),
+            task::start(&db.pool, "exec-1", &requests(&db, &[(ids[0], 1)]).await, &task::ActionCache::default())
+                .await
+                .unwrap()
+                .len(),
             1
         );
-        let n = task::start(&db.pool, "exec-1", &[(ids[1], 1)], &task::ActionCache::default()).await.unwrap().len()
-            + task::start(&db.pool, "exec-1", &[(ids[2], 1)], &task::ActionCache::default()).await.unwrap().len();
+        let n = task::start(&db.pool, "exec-1", &requests(&db, &[(ids[1], 1)]).await, &task::ActionCache::default())
+            .await
+            .unwrap()
+            .len()
+            + task::start(&db.pool, "exec-1", &requests(&db, &[(ids[2], 1)]).await, &task::ActionCache::default())
+                .await
+                .unwrap()
+                .len();
         assert_eq!(n, if policy == "allow" { 2 } else { 0 }, "{policy}: later occurrences started");
         assert_eq!(row(&db, ids[1]).await.0, second, "{policy}: the second occurrence");
         assert_eq!(row(&db, ids[2]).await.0, third, "{policy}: the third occurrence");
@@ -350,10 +408,21 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
             done.error = None;
             task::finish(&db.pool, &[done]).await.unwrap();
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let again = task::claim(&db.pool, "s", Duration::from_secs(5), Duration::from_secs(30), 100).await.unwrap();
+            let again = task::claim(
+                &db.pool,
+                &db.hold_buckets("owner").await,
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                100,
+            )
+            .await
+            .unwrap();
             assert_eq!(again.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
             assert_eq!(
-                task::start(&db.pool, "exec-1", &[(ids[1], 1)], &task::ActionCache::default()).await.unwrap().len(),
+                task::start(&db.pool, "exec-1", &requests(&db, &[(ids[1], 1)]).await, &task::ActionCache::default())
+                    .await
+                    .unwrap()
+                    .len(),
                 1
             );
         }
@@ -395,12 +464,12 @@ async fn a_batch_starts_and_finishes_without_reading_tables_over_and_over() {
     .await
     .unwrap();
     // Occurrences that scanners planned and claimed ahead, as under load.
-    let claimed: Vec<(i64, i32)> = sqlx::query_as(
+    let claimed: Vec<(i64, i32, i64)> = sqlx::query_as(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, claim_owner,
-                            claimed_at, lease_until)
-         SELECT tm.id, s.at, s.at, tm.version, 0, 'claimed', 'scanner-1', now(), now() + interval '1 minute'
+                            claim_epoch, claimed_at, lease_until)
+         SELECT tm.id, s.at, s.at, tm.version, 0, 'claimed', 'scanner-1', 1, now(), now() + interval '1 minute'
            FROM timers tm, LATERAL (SELECT now() + g * interval '1 second' AS at FROM generate_series(1, $1) g) s
-         RETURNING id, attempt",
+         RETURNING id, attempt, claim_epoch",
     )
     .bind(TASKS_PER_TIMER)
     .fetch_all(&db.pool)
@@ -418,7 +487,12 @@ async fn a_batch_starts_and_finishes_without_reading_tables_over_and_over() {
     let flush = || sqlx::query("SELECT pg_stat_force_next_flush()").execute(&one);
     flush().await.unwrap();
     let before = rows_read(&db).await;
-    let batch: Vec<(i64, i32)> = claimed.iter().step_by(7).take(500).copied().collect();
+    let batch: Vec<task::StartRequest> = claimed
+        .iter()
+        .step_by(7)
+        .take(500)
+        .map(|&(task_id, attempt, epoch)| task::StartRequest { task_id, attempt, epoch })
+        .collect();
     let started = task::start(&one, "exec-1", &batch, &task::ActionCache::default()).await.unwrap();
     assert_eq!(started.len(), 500);
     let outcomes: Vec<Outcome> =

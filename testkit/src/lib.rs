@@ -70,6 +70,24 @@ impl TestDb {
         TestDb { url, pool }
     }
 
+    /// Makes `owner` a scanner holding every bucket not held by another (for an hour), the
+    /// first time; returns what it holds, at the epochs it holds them.
+    pub async fn hold_buckets(&self, owner: &str) -> punctual_shared::bucket::Held {
+        use punctual_shared::bucket;
+        let held: Vec<(i16, i64)> =
+            sqlx::query_as("SELECT bucket, epoch FROM buckets WHERE owner = $1 ORDER BY bucket")
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await
+                .expect("read buckets");
+        if !held.is_empty() {
+            return bucket::Held::new(owner, &held);
+        }
+        bucket::join_and_acquire(&self.pool, owner, Duration::from_secs(3600), bucket::BUCKETS as usize)
+            .await
+            .expect("hold buckets")
+    }
+
     pub fn config(&self) -> DatabaseConfig {
         DatabaseConfig { database_url: self.url.parse::<Secret>().expect("infallible"), database_max_connections: 8 }
     }

@@ -108,14 +108,14 @@ async fn kill_and_restart(settings: &[(&'static str, String)], kill_at: i64, dow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_killed_and_restarted_within_a_second_resumes_at_once() {
-    // The default session timeout (30 s): what a restart must not wait for.
-    kill_and_restart(&[], 6, Duration::from_millis(500)).await;
+    // A long session timeout (30 s): what a restart must not wait for.
+    kill_and_restart(&[("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", "30000".into())], 6, Duration::from_millis(500)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_restarted_after_the_session_timeout_resumes_at_once() {
-    // Past the 6 s session timeout: the group has removed the dead member.
-    kill_and_restart(&[("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", "6000".into())], 4, Duration::from_secs(9)).await;
+    // Past the (default, 3 s) session timeout: the group has removed the dead member.
+    kill_and_restart(&[], 4, Duration::from_secs(6)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,8 +123,9 @@ async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_ti
     let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     sink.behave("/load", Behaviour::slow(CALL));
-    let session = Duration::from_secs(6);
-    let mut stack = Stack::start(&[("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", session.as_millis().to_string())]).await;
+    // The default session timeout.
+    let session = Duration::from_secs(3);
+    let mut stack = Stack::start(&[]).await;
     let second = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
     let third = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
     let settled = eventually(Duration::from_secs(30), "three executors sharing every partition", || async {

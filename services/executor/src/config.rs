@@ -23,9 +23,11 @@ pub struct ExecutorConfig {
     /// Name this executor runs tasks under (default: executor-<random>); must differ between executors.
     #[arg(long, env = "PUNCTUAL_EXECUTOR_ID")]
     pub executor_id: Option<String>,
-    /// Kafka consumer session timeout: how long before the group gives a dead executor's
-    /// partitions to the others.
-    #[arg(long, env = "PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
+    /// Kafka consumer session timeout: how long before the group gives a dead (or stopped:
+    /// a static member does not leave the group) executor's partitions to the others.
+    /// Heartbeats go every 500 ms (every third of a session shorter than 1.5 s). Below the broker's `group.min.session.timeout.ms`
+    /// (6 s by default; the broker `make up` starts allows 1 s) the broker refuses it.
+    #[arg(long, env = "PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", default_value_t = 3_000)]
     pub kafka_session_timeout_ms: u64,
     /// Most tasks in this executor at once (a slow callback holds one slot, not a
     /// partition): those received ahead of their due time and held until then (about
@@ -46,8 +48,10 @@ pub struct ExecutorConfig {
     /// towards this when the answers take more than four times the shortest.
     #[arg(long, env = "PUNCTUAL_MIN_CALLS_PER_TARGET", default_value_t = 16)]
     pub min_calls_per_target: usize,
-    /// On shutdown, how long running callbacks may take to finish before they are abandoned
-    /// (their messages are then delivered again).
+    /// Bounds a graceful stop (SIGTERM, SIGINT): no new task is taken, and running callbacks
+    /// and the writes of their outcomes may take this long. What is still running or
+    /// unwritten then is abandoned (its message is delivered again, and the call repeated
+    /// with the same Idempotency-Key) and the process exits.
     #[arg(long, env = "PUNCTUAL_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]
     pub drain_timeout_ms: u64,
 }

@@ -3,7 +3,9 @@
 //! For each batch of messages it reads: one statement checks which tasks are still
 //! claimed at the message's attempt (most then run without a write; the others are marked
 //! running, see [`task::start`]) and cancels those whose timer was paused, deleted or
-//! changed; a redelivered message finds its task finished and is skipped. Each started
+//! changed; a redelivered message finds its task finished and is skipped, and so is a
+//! message for a task this executor has in flight (its bucket's new owner published it
+//! again) or from a superseded epoch (see [`task::start`]). Each started
 //! task's callback runs concurrently (at most `max_in_flight` at once); outcomes are
 //! written back in batches, and only then are their offsets stored for commit, as far as
 //! the completed prefix of each partition reaches.
@@ -15,6 +17,7 @@ pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,11 +26,12 @@ use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use punctual_shared::supervisor::Supervisor;
-use punctual_shared::task::{self, DeadLetter, Next, Outcome, TaskMessage};
+use punctual_shared::task::{self, DeadLetter, Next, Outcome, StartRequest, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Message;
 use rdkafka::TopicPartitionList;
 use sqlx::PgPool;
@@ -101,6 +105,29 @@ struct Position {
     offset: i64,
 }
 
+/// The tasks started here whose outcome is not written yet. A second message for one of
+/// them is skipped: a scanner that took over a bucket claims its tasks again and publishes
+/// them, and one already running here (started without a write, so the database cannot
+/// tell) must not run twice. Both messages land on the same partition (by bucket), so on
+/// this executor.
+#[derive(Default)]
+struct InFlight(Mutex<HashSet<i64>>);
+
+impl InFlight {
+    fn contains(&self, task_id: i64) -> bool {
+        self.0.lock().expect("in-flight lock").contains(&task_id)
+    }
+    fn insert(&self, task_id: i64) {
+        self.0.lock().expect("in-flight lock").insert(task_id);
+    }
+    fn remove_all(&self, task_ids: impl IntoIterator<Item = i64>) {
+        let mut set = self.0.lock().expect("in-flight lock");
+        for id in task_ids {
+            set.remove(&id);
+        }
+    }
+}
+
 /// A finished run on its way to the status write-back.
 struct Finished {
     outcome: Outcome,
@@ -122,7 +149,7 @@ impl App {
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         // Stable across restarts with the same settings, and unique on a host (no two
         // processes bind one port): the group's static membership id.
-        let owner = config.executor_id.clone().unwrap_or_else(|| format!("{}:{}", host_name(), addr.port()));
+        let owner = config.executor_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         let kafka_config = config.kafka.clone();
         let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
         let consumer: TaskConsumer = kafka::client_config(
@@ -144,7 +171,10 @@ impl App {
                 ("enable.auto.offset.store", "false"),
                 ("auto.offset.reset", "earliest"),
                 ("session.timeout.ms", &config.kafka_session_timeout_ms.to_string()),
-                ("heartbeat.interval.ms", &(config.kafka_session_timeout_ms / 3).max(100).to_string()),
+                // Members learn of a rebalance at their next heartbeat: every 500 ms (or a third
+                // of a shorter session) keeps a dead member's partitions' move within 5 s of
+                // its death with the default 3 s session, for two small requests a second.
+                ("heartbeat.interval.ms", &(config.kafka_session_timeout_ms / 3).clamp(100, 500).to_string()),
                 // How long the broker may hold a fetch when there is nothing new. The scanner
                 // sends a partition's tasks every 50 ms (its linger), ahead of their due time
                 // (the publish lead), so a longer wait costs no lag, and fewer empty fetches
@@ -198,7 +228,11 @@ impl App {
     pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
         let listener = self.listener.take().expect("run once");
         let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
+        let in_flight = Arc::new(InFlight::default());
         let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
+        // Cancelled when the stop's time is up: callbacks still running are dropped, and
+        // outcomes not yet written are given up (their messages are delivered again).
+        let abandon = CancellationToken::new();
         let ops_token = CancellationToken::new();
         let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
         // A panic in the write-back stops the executor (it exits with an error) rather than
@@ -207,13 +241,20 @@ impl App {
         tasks.spawn(
             "write-back",
             write_back(
-                self.pool.clone(),
-                DeadLetters { producer: self.producer.clone(), topic: self.config.dead_topic.clone() },
-                self.consumer.clone(),
-                self.config.kafka.tasks_topic.clone(),
-                offsets.clone(),
-                self.metrics.clone(),
+                WriteBack {
+                    pool: self.pool.clone(),
+                    dead_letters: DeadLetters {
+                        producer: self.producer.clone(),
+                        topic: self.config.dead_topic.clone(),
+                    },
+                    consumer: self.consumer.clone(),
+                    topic: self.config.kafka.tasks_topic.clone(),
+                    offsets: offsets.clone(),
+                    in_flight: in_flight.clone(),
+                    metrics: self.metrics.clone(),
+                },
                 finished_rx,
+                abandon.clone(),
             ),
         );
         let watch_token = token.child_token();
@@ -229,15 +270,28 @@ impl App {
             ),
         );
         let runs = TaskTracker::new();
-        let consumed = consume(&self, &offsets, &finished_tx, &runs, &token).await;
+        let consumed = consume(&self, &offsets, &in_flight, &finished_tx, &runs, &abandon, &token).await;
+        // The stop: no new message is taken; running callbacks finish and their outcomes
+        // are written, all within the drain timeout. What is still running or unwritten
+        // then is abandoned, to run again on the partition's next owner (same
+        // Idempotency-Key), and the process exits.
+        let drained_by = tokio::time::Instant::now() + Duration::from_millis(self.config.drain_timeout_ms);
+        let timer = tokio::spawn({
+            let abandon = abandon.clone();
+            async move {
+                tokio::time::sleep_until(drained_by).await;
+                tracing::warn!(
+                    "drain timeout: abandoning running callbacks and unwritten outcomes; they run again later"
+                );
+                abandon.cancel();
+            }
+        });
         watch_token.cancel();
         drop(finished_tx);
-        // Drain: let running callbacks finish (bounded), then the write-back.
         runs.close();
-        if tokio::time::timeout(Duration::from_millis(self.config.drain_timeout_ms), runs.wait()).await.is_err() {
-            tracing::warn!("drain timeout: abandoning running callbacks; their messages will be delivered again");
-        }
+        runs.wait().await;
         let written = tasks.wait().await;
+        timer.abort();
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final commit");
         }
@@ -248,21 +302,13 @@ impl App {
     }
 }
 
-/// The host's name, for an executor's default identity.
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 async fn consume(
     app: &App,
     offsets: &Mutex<OffsetTracker>,
+    in_flight: &InFlight,
     finished_tx: &mpsc::UnboundedSender<Finished>,
     runs: &TaskTracker,
+    abandon: &CancellationToken,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(app.config.max_in_flight));
@@ -299,6 +345,14 @@ async fn consume(
                 Err(e @ rdkafka::error::KafkaError::MessageConsumptionFatal(_)) => {
                     return Err(anyhow::Error::new(e).context("the Kafka consumer failed for good; exiting to restart"));
                 }
+                // Never joins, however long it tries: a setting to fix, said once.
+                Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidSessionTimeout) => {
+                    anyhow::bail!(
+                        "the broker refuses PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS={}: it must lie within the broker's \
+                         group.min.session.timeout.ms and group.max.session.timeout.ms ({e})",
+                        app.config.kafka_session_timeout_ms
+                    );
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "Kafka consumer error");
                     continue;
@@ -307,6 +361,10 @@ async fn consume(
             let position = Position { partition: message.partition(), offset: message.offset() };
             offsets.lock().expect("offsets lock").received(position.partition, position.offset);
             match message.payload().map(serde_json::from_slice::<TaskMessage>) {
+                Some(Ok(task)) if in_flight.contains(task.task_id) => {
+                    app.metrics.skipped.inc();
+                    store(app, offsets, position);
+                }
                 Some(Ok(task)) => messages.push((task, position, slot)),
                 _ => {
                     // Not ours to run; never blocks the partition.
@@ -322,7 +380,7 @@ async fn consume(
         if messages.is_empty() {
             continue;
         }
-        let ids: Vec<(i64, i32)> = messages.iter().map(|(t, _, _)| (t.task_id, t.attempt)).collect();
+        let ids: Vec<StartRequest> = messages.iter().map(|(t, _, _)| StartRequest::from(t)).collect();
         let started = loop {
             match task::start(&app.pool, &app.owner, &ids, &app.actions).await {
                 Ok(started) => break started,
@@ -338,8 +396,7 @@ async fn consume(
                 }
             }
         };
-        let mut started: std::collections::HashMap<i64, task::StartedTask> =
-            started.into_iter().map(|s| (s.id, s)).collect();
+        let mut started: HashMap<i64, task::StartedTask> = started.into_iter().map(|s| (s.id, s)).collect();
         for (message, position, slot) in messages {
             let Some(started_task) = started.remove(&message.task_id) else {
                 app.metrics.skipped.inc();
@@ -347,12 +404,15 @@ async fn consume(
                 continue;
             };
             app.metrics.in_flight.inc();
+            in_flight.insert(started_task.id);
             let due_at = message.due_at;
             let caller = app.caller.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
             let producer = app.producer.clone();
-            runs.spawn(async move {
+            let abandon = abandon.clone();
+            let metrics_if_abandoned = app.metrics.clone();
+            let run = async move {
                 let mut started_task = started_task;
                 // Published ahead of its due time (the scanner's lead): run it then, not before.
                 if let Some(wait) = due_at.and_then(|due| (due - Utc::now()).to_std().ok()) {
@@ -381,6 +441,12 @@ async fn consume(
                 });
                 metrics.in_flight.dec();
                 let _ = finished_tx.send(Finished { outcome, dead_letter, position, _permit: slot });
+            };
+            runs.spawn(async move {
+                tokio::select! {
+                    _ = run => {}
+                    _ = abandon.cancelled() => metrics_if_abandoned.in_flight.dec(),
+                }
             });
         }
     }
@@ -436,17 +502,25 @@ const OUTCOME_BATCH: usize = 1_000;
 const OUTCOME_GATHER: Duration = Duration::from_millis(10);
 const OUTCOME_GATHER_ENOUGH: usize = 64;
 
-/// Writes outcomes in batches (dead letters first), then stores the offsets of their
-/// messages.
-async fn write_back(
+/// What the write-back needs.
+struct WriteBack {
     pool: PgPool,
     dead_letters: DeadLetters,
     consumer: Arc<TaskConsumer>,
     topic: String,
     offsets: Arc<Mutex<OffsetTracker>>,
+    in_flight: Arc<InFlight>,
     metrics: Metrics,
+}
+
+/// Writes outcomes in batches (dead letters first), then stores the offsets of their
+/// messages; gives up what is unwritten when `abandon` is cancelled.
+async fn write_back(
+    write_back: WriteBack,
     mut finished_rx: mpsc::UnboundedReceiver<Finished>,
+    abandon: CancellationToken,
 ) {
+    let WriteBack { pool, dead_letters, consumer, topic, offsets, in_flight, metrics } = write_back;
     let mut batch = Vec::with_capacity(OUTCOME_BATCH);
     while finished_rx.recv_many(&mut batch, OUTCOME_BATCH).await > 0 {
         // Calls run at their due times, so at low rates their outcomes come one by one:
@@ -466,20 +540,27 @@ async fn write_back(
         }
         let outcomes: Vec<Outcome> = batch.iter().map(|f| f.outcome.clone()).collect();
         let letters: Vec<&DeadLetter> = batch.iter().filter_map(|f| f.dead_letter.as_ref()).collect();
-        let mut delay = Duration::from_millis(100);
-        while let Err(e) = dead_letters.publish(&letters).await {
-            tracing::warn!(error = %e, "publishing dead letters failed; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+        // Keep trying until the stop's time is up: the offsets wait for the write, so a
+        // crash or an abandoned write means a redelivery, never a lost outcome.
+        let written = abandon.run_until_cancelled(async {
+            let mut delay = Duration::from_millis(100);
+            while let Err(e) = dead_letters.publish(&letters).await {
+                tracing::warn!(error = %e, "publishing dead letters failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            while let Err(e) = task::finish(&pool, &outcomes).await {
+                metrics.db_errors.inc();
+                tracing::warn!(error = %e, count = outcomes.len(), "writing outcomes failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        });
+        if written.await.is_none() {
+            tracing::warn!(count = outcomes.len(), "outcomes abandoned unwritten at the stop; their tasks run again");
+            return;
         }
-        while let Err(e) = task::finish(&pool, &outcomes).await {
-            // Keep trying: the offsets wait for the write, so a crash meanwhile means a
-            // redelivery, never a lost outcome.
-            metrics.db_errors.inc();
-            tracing::warn!(error = %e, count = outcomes.len(), "writing outcomes failed; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
-        }
+        in_flight.remove_all(outcomes.iter().map(|o| o.task_id));
         // One offset stored per partition and batch, the furthest: each store builds a
         // partition list and hands it to librdkafka, and only the last one counts.
         let mut done_through: Vec<(i32, i64)> = Vec::new();

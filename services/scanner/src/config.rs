@@ -18,7 +18,9 @@ pub struct ScannerConfig {
     /// Address of the health and metrics endpoints.
     #[arg(long, env = "PUNCTUAL_SCANNER_ADDR", default_value = "127.0.0.1:8081")]
     pub addr: SocketAddr,
-    /// Name this scanner claims tasks under (default: scanner-<random>); must differ between scanners.
+    /// Name this scanner holds buckets and claims tasks under; must differ between scanners
+    /// and stay the same across restarts (default: `<host name>:<ops port>`), so that a
+    /// scanner restarted at once takes its buckets back at once.
     #[arg(long, env = "PUNCTUAL_SCANNER_ID")]
     pub scanner_id: Option<String>,
     /// How often the scanner plans and claims, when no notification wakes it earlier.
@@ -59,6 +61,15 @@ pub struct ScannerConfig {
     /// Most tasks held in memory; claiming pauses above it.
     #[arg(long, env = "PUNCTUAL_MAX_HELD", default_value_t = 2_000_000)]
     pub max_held: usize,
+    /// A scanner holds its buckets for this long after its last heartbeat: a scanner that
+    /// died or froze loses them this long after its last renewal, and the others then take
+    /// them over (at their next heartbeat) and claim their tasks again at once.
+    #[arg(long, env = "PUNCTUAL_BUCKET_LEASE_MS", default_value_t = 3_000)]
+    pub bucket_lease_ms: u64,
+    /// How often a scanner renews its membership (one row write), and hands over or
+    /// acquires buckets towards its fair share of the live scanners.
+    #[arg(long, env = "PUNCTUAL_BUCKET_HEARTBEAT_MS", default_value_t = 1_000)]
+    pub bucket_heartbeat_ms: u64,
     /// Occurrences missed by more than this (system down or behind) are fired once, not each.
     #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
     pub misfire_threshold_ms: u64,
@@ -74,6 +85,12 @@ impl ScannerConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
+    pub fn bucket_lease(&self) -> Duration {
+        Duration::from_millis(self.bucket_lease_ms)
+    }
+    pub fn bucket_heartbeat(&self) -> Duration {
+        Duration::from_millis(self.bucket_heartbeat_ms)
+    }
 
     /// Cross-field rules, checked at start-up.
     pub fn check(&self) -> Result<(), String> {
@@ -87,6 +104,12 @@ impl ScannerConfig {
             return Err(format!(
                 "PUNCTUAL_PUBLISH_LEAD_MS ({}) must be at most half of PUNCTUAL_LOOKAHEAD_MS ({})",
                 self.publish_lead_ms, self.lookahead_ms
+            ));
+        }
+        if self.bucket_heartbeat_ms == 0 || self.bucket_heartbeat_ms * 2 > self.bucket_lease_ms {
+            return Err(format!(
+                "PUNCTUAL_BUCKET_HEARTBEAT_MS ({}) must be positive and at most half of PUNCTUAL_BUCKET_LEASE_MS ({})",
+                self.bucket_heartbeat_ms, self.bucket_lease_ms
             ));
         }
         if self.claim_batch < 1 || self.scan_interval_ms == 0 {
@@ -113,6 +136,8 @@ mod tests {
         assert!(error.contains("PUNCTUAL_PUBLISH_LEAD_MS"), "{error}");
         let error = parse(&["--lease-ms", "20500"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_LEASE_MS"), "{error}");
+        let error = parse(&["--bucket-heartbeat-ms", "2000"]).unwrap().check().unwrap_err();
+        assert!(error.contains("PUNCTUAL_BUCKET_HEARTBEAT_MS"), "{error}");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The scanner: plans timer occurrences into task rows, claims due tasks in lookahead
 //! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
 //!
-//! Four long-lived tasks under one cancellation token (a panic in any of them stops the
+//! Five long-lived tasks under one cancellation token (a panic in any of them stops the
 //! scanner, which exits with an error for its supervisor to restart):
+//! * the lease keeper ([`leases::LeaseKeeper`]): renews this scanner's membership every
+//!   heartbeat and keeps its fair share of the buckets; the others plan, claim and publish
+//!   only for the buckets it holds;
 //! * the listener ([`listen_for_timers`]): wakes the scan loop on `punctual_timers`
 //!   notifications;
 //! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
@@ -13,6 +16,7 @@
 //! * the topic keeper ([`keep_topic`]): creates the tasks topic again if the broker lost it.
 
 pub mod config;
+pub mod leases;
 pub mod metrics;
 pub mod planner;
 pub mod publisher;
@@ -23,6 +27,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
+use punctual_shared::bucket::Held;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::ReplaceableProducer;
 use punctual_shared::supervisor::Supervisor;
@@ -36,6 +41,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 pub use config::ScannerConfig;
+use leases::{LeaseKeeper, Ownership};
 use metrics::Metrics;
 use planner::Planner;
 
@@ -54,11 +60,7 @@ impl App {
     /// Connects, migrates, makes sure the tasks topic exists, binds the ops endpoint.
     pub async fn build(config: ScannerConfig) -> anyhow::Result<Self> {
         config.check().map_err(anyhow::Error::msg)?;
-        let owner = config
-            .scanner_id
-            .clone()
-            .unwrap_or_else(|| format!("scanner-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-        let pool = db::connect_lazy(&config.database)?;
+        let pool = db::connect_lazy_bounded(&config.database, config.bucket_lease())?;
         db::migrate(&pool).await.context("running migrations")?;
         let partitions = kafka::ensure_tasks_topic(&config.kafka)
             .await
@@ -66,6 +68,7 @@ impl App {
         let kafka_config = config.kafka.clone();
         let producer = ReplaceableProducer::new(move || publisher::producer(&kafka_config))?;
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        let owner = config.scanner_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
     }
@@ -85,6 +88,21 @@ impl App {
         let wake = Arc::new(Notify::new());
         let topic_missing = Arc::new(AtomicBool::new(false));
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
+        let ownership = Arc::new(Ownership::new(self.owner.clone()));
+
+        tasks.spawn(
+            "lease keeper",
+            LeaseKeeper {
+                pool: self.pool.clone(),
+                ownership: ownership.clone(),
+                lease: self.config.bucket_lease(),
+                heartbeat: self.config.bucket_heartbeat(),
+                claim_lease: self.config.lease(),
+                metrics: self.metrics.clone(),
+                claimed_tx: claimed_tx.clone(),
+            }
+            .run(token.clone()),
+        );
 
         tasks.spawn("listener", listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tasks.spawn(
@@ -92,7 +110,7 @@ impl App {
             scan_loop(
                 Scan {
                     config: self.config.clone(),
-                    owner: self.owner.clone(),
+                    ownership: ownership.clone(),
                     pool: self.pool.clone(),
                     metrics: self.metrics.clone(),
                     claimed_tx,
@@ -110,6 +128,7 @@ impl App {
                     topic_missing,
                     topic: self.config.kafka.tasks_topic.clone(),
                     partitions: self.partitions,
+                    ownership,
                     lead: chrono::Duration::milliseconds(self.config.publish_lead_ms as i64),
                     metrics: self.metrics.clone(),
                 },
@@ -197,7 +216,7 @@ async fn keep_topic(kafka: KafkaConfig, topic_missing: Arc<AtomicBool>, token: C
 /// What one scan needs.
 struct Scan {
     config: ScannerConfig,
-    owner: String,
+    ownership: Arc<Ownership>,
     pool: PgPool,
     metrics: Metrics,
     /// Claimed tasks go to the wheel driver.
@@ -206,7 +225,7 @@ struct Scan {
 
 /// Plans and claims, every scan interval or when woken.
 async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
-    let Scan { config, owner, pool, metrics, claimed_tx } = &scan;
+    let Scan { config, ownership, pool, metrics, claimed_tx } = &scan;
     let planner = Planner {
         horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
         misfire_threshold: std::time::Duration::from_millis(config.misfire_threshold_ms),
@@ -218,7 +237,7 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
         // the scan is not lost.
         let notified = wake.notified();
         let timer = metrics.scan_seconds.start_timer();
-        let scanned = scan_once(config, owner, pool, metrics, &planner, claimed_tx).await;
+        let scanned = scan_once(config, ownership, pool, metrics, &planner, claimed_tx).await;
         timer.observe_duration();
         if let Err(e) = scanned {
             metrics.scan_errors.inc();
@@ -232,9 +251,12 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
     }
 }
 
+/// One scan of the buckets held: plan, cancel misfires, claim. Each pass holds the
+/// ownership's write guard (see [`Ownership::for_writing`]) and writes only for the
+/// buckets held when it started.
 async fn scan_once(
     config: &ScannerConfig,
-    owner: &str,
+    ownership: &Ownership,
     pool: &PgPool,
     metrics: &Metrics,
     planner: &Planner,
@@ -242,25 +264,32 @@ async fn scan_once(
 ) -> Result<(), sqlx::Error> {
     // Occurrences due within the lookahead are written claimed by this scanner, unless it
     // holds as many as it may already (then they wait, pending, for the claimer below).
-    let claim_from = |now: chrono::DateTime<Utc>| {
+    fn claim_from<'a>(
+        config: &ScannerConfig,
+        metrics: &Metrics,
+        now: chrono::DateTime<Utc>,
+        held: &'a Held,
+    ) -> Option<task::PlanClaim<'a>> {
         (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
-            owner,
+            held,
             due_before: now + config.lookahead(),
             lease: config.lease(),
         })
-    };
+    }
     // New timers first (validated, and planned if due within the horizon), then the
     // plans of the others that run out within the horizon; each pass by pass until a
     // pass finds fewer timers than it may take.
     for new_timers in [true, false] {
         loop {
+            let (writing, held) = ownership.for_writing().await;
             let now = Utc::now();
-            let claim = claim_from(now);
+            let claim = claim_from(config, metrics, now, &held);
             let report = if new_timers {
-                planner.validate_new(pool, now, claim.as_ref()).await?
+                planner.validate_new(pool, now, &held, claim.as_ref()).await?
             } else {
-                planner.plan_due(pool, now, claim.as_ref()).await?
+                planner.plan_due(pool, now, &held, claim.as_ref()).await?
             };
+            drop(writing);
             metrics.timers_invalid.inc_by(report.invalid as u64);
             metrics.planned.inc_by(report.tasks_planned);
             let full_pass = report.timers >= planner::PASS_SIZE as usize;
@@ -275,7 +304,10 @@ async fn scan_once(
             }
         }
     }
-    let misfired = task::cancel_misfired(pool, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
+    let (writing, held) = ownership.for_writing().await;
+    let misfired =
+        task::cancel_misfired(pool, &held, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
+    drop(writing);
     if misfired > 0 {
         metrics.misfired.inc_by(misfired);
         tracing::info!(count = misfired, "occurrences cancelled by their timers' misfire policies");
@@ -284,7 +316,9 @@ async fn scan_once(
         if metrics.held.get() as usize >= config.max_held {
             break;
         }
-        let claimed = task::claim(pool, owner, config.lookahead(), config.lease(), config.claim_batch).await?;
+        let (writing, held) = ownership.for_writing().await;
+        let claimed = task::claim(pool, &held, config.lookahead(), config.lease(), config.claim_batch).await?;
+        drop(writing);
         let n = claimed.len();
         metrics.claimed.inc_by(n as u64);
         let reclaimed = claimed.iter().filter(|t| t.reclaimed).count();

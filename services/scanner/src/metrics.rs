@@ -15,6 +15,10 @@ pub struct Metrics {
     pub misfired: IntCounter,
     pub reclaimed: IntCounter,
     pub held: IntGauge,
+    pub buckets_held: IntGauge,
+    pub bucket_takeovers: IntCounter,
+    pub buckets_released: IntCounter,
+    pub lease_errors: IntCounter,
     pub publish_lag: Histogram,
     pub scan_seconds: Histogram,
 }
@@ -33,7 +37,17 @@ impl Metrics {
         let published = counter("punctual_tasks_published_total", "Tasks published to the tasks topic");
         let publish_errors =
             counter("punctual_publish_errors_total", "Tasks whose publish failed (left to be re-claimed)");
-        let fenced = counter("punctual_tasks_fenced_total", "Held tasks dropped because their claim had expired");
+        let fenced = counter(
+            "punctual_tasks_fenced_total",
+            "Held tasks dropped unpublished: their claim expired, or their bucket is no longer held at their epoch",
+        );
+        let bucket_takeovers = counter(
+            "punctual_bucket_takeovers_total",
+            "Buckets acquired from another scanner (one that died, froze or handed them over)",
+        );
+        let buckets_released =
+            counter("punctual_buckets_released_total", "Buckets handed over to other scanners (fair share, stop)");
+        let lease_errors = counter("punctual_bucket_lease_errors_total", "Heartbeats whose lease work failed");
         let scan_errors = counter("punctual_scan_errors_total", "Planning or claiming passes that failed");
         let reclaimed = counter(
             "punctual_tasks_reclaimed_total",
@@ -44,6 +58,9 @@ impl Metrics {
         let held =
             IntGauge::new("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel").expect("valid metric");
         registry.register(Box::new(held.clone())).expect("unique metric");
+        let buckets_held =
+            IntGauge::new("punctual_buckets_held", "Buckets this scanner holds (of 1,024)").expect("valid metric");
+        registry.register(Box::new(buckets_held.clone())).expect("unique metric");
         let publish_lag = Histogram::with_opts(
             HistogramOpts::new(
                 "punctual_publish_lag_seconds",
@@ -71,6 +88,10 @@ impl Metrics {
             misfired,
             reclaimed,
             held,
+            buckets_held,
+            bucket_takeovers,
+            buckets_released,
+            lease_errors,
             publish_lag,
             scan_seconds,
         }

@@ -1,8 +1,10 @@
 //! The planner: turns timers into task rows, one per occurrence, a horizon ahead.
 //!
-//! Two passes, each one transaction over a batch of timers locked with SKIP LOCKED, so
-//! several scanners can plan at once without blocking each other or planning twice (and
-//! the unique key (timer_id, scheduled_at) would absorb a double plan anyway):
+//! Two passes, each one transaction over a batch of the timers of the buckets the scanner
+//! holds ([`Held`]), locked with SKIP LOCKED. Every statement checks that the scanner is
+//! still a live member holding those buckets at their epochs ([`OWNED`]); the first
+//! check locks its membership until the transaction ends, so no other scanner can take
+//! the buckets before the pass is committed, and a scanner that lost them plans nothing:
 //! * [`Planner::validate_new`] reads rows in `plan_status = 'new'` (plain SQL inserts,
 //!   edits, resumes), checks them, and either marks them invalid with the reason or sets
 //!   their first occurrence, planning it at once if it falls within the horizon;
@@ -16,6 +18,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use punctual_shared::bucket::{Held, OWNED};
 use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::schedule::{Schedule, ScheduleKind};
 use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
@@ -70,19 +73,28 @@ impl Planner {
         &self,
         db: &PgPool,
         now: DateTime<Utc>,
+        held: &Held,
         claim: Option<&PlanClaim<'_>>,
     ) -> Result<PassReport, sqlx::Error> {
+        if held.is_empty() {
+            return Ok(PassReport::default());
+        }
         let mut tx = db.begin().await?;
         // Rows stored before the schema bounded their values (the check exempts invalid
         // rows only): marked invalid unread, since a far instant cannot even be decoded.
-        let out_of_range = sqlx::query(
-            "UPDATE timers t SET plan_status = 'invalid', next_plan_at = NULL, invalid_reason = o.reason
+        let out_of_range = sqlx::query(&format!(
+            "WITH {OWNED}
+             UPDATE timers t SET plan_status = 'invalid', next_plan_at = NULL, invalid_reason = o.reason
                FROM (SELECT id, punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
                                                             delay_ms, interval_ms, catchup_window_ms) AS reason
-                       FROM timers WHERE plan_status = 'new'
-                      ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) o
-              WHERE t.id = o.id AND o.reason IS NOT NULL",
-        )
+                       FROM timers
+                      WHERE plan_status = 'new' AND punctual_bucket(id) IN (SELECT bucket FROM owned)
+                      ORDER BY created_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED) o
+              WHERE t.id = o.id AND o.reason IS NOT NULL"
+        ))
+        .bind(&held.owner)
+        .bind(&held.buckets)
+        .bind(&held.epochs)
         .bind(PASS_SIZE)
         .execute(&mut *tx)
         .await?
@@ -92,13 +104,17 @@ impl Planner {
         }
         // Out of range again here: a row written since the statement above (each statement
         // sees what is committed when it starts) is left for the next pass to mark.
-        let rows: Vec<TimerRow> = sqlx::query_as(
-            "SELECT * FROM timers
-              WHERE plan_status = 'new'
+        let rows: Vec<TimerRow> = sqlx::query_as(&format!(
+            "WITH {OWNED}
+             SELECT timers.* FROM timers
+              WHERE plan_status = 'new' AND punctual_bucket(id) IN (SELECT bucket FROM owned)
                 AND punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
                                                 delay_ms, interval_ms, catchup_window_ms) IS NULL
-              ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-        )
+              ORDER BY created_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED"
+        ))
+        .bind(&held.owner)
+        .bind(&held.buckets)
+        .bind(&held.epochs)
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
@@ -122,14 +138,23 @@ impl Planner {
         &self,
         db: &PgPool,
         now: DateTime<Utc>,
+        held: &Held,
         claim: Option<&PlanClaim<'_>>,
     ) -> Result<PassReport, sqlx::Error> {
+        if held.is_empty() {
+            return Ok(PassReport::default());
+        }
         let mut tx = db.begin().await?;
-        let rows: Vec<TimerRow> = sqlx::query_as(
-            "SELECT * FROM timers
-              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $1
-              ORDER BY next_plan_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        )
+        let rows: Vec<TimerRow> = sqlx::query_as(&format!(
+            "WITH {OWNED}
+             SELECT timers.* FROM timers
+              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $4
+                AND punctual_bucket(id) IN (SELECT bucket FROM owned)
+              ORDER BY next_plan_at LIMIT $5 FOR UPDATE OF timers SKIP LOCKED"
+        ))
+        .bind(&held.owner)
+        .bind(&held.buckets)
+        .bind(&held.epochs)
         .bind(now + self.horizon())
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)

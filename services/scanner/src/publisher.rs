@@ -17,6 +17,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::leases::Ownership;
 use crate::metrics::Metrics;
 use punctual_wheel::TimingWheel;
 
@@ -53,6 +54,8 @@ pub struct Publisher {
     pub topic_missing: Arc<AtomicBool>,
     pub topic: String,
     pub partitions: i32,
+    /// The buckets held: a task is published only while its bucket is held at its epoch.
+    pub ownership: Arc<Ownership>,
     /// How long before its due time a task is published (`PUNCTUAL_PUBLISH_LEAD_MS`).
     pub lead: chrono::Duration,
     pub metrics: Metrics,
@@ -71,15 +74,21 @@ impl Publisher {
 
     /// Sends the tasks, adding their deliveries to `pending`; returns the generation of the
     /// producer that sent them, to report their failures with. A task whose claim has expired
-    /// is dropped, not sent: another scanner may own it now (a scanner frozen past its
-    /// lease must not publish what it no longer holds).
+    /// is dropped, not sent, and so is a task whose bucket this scanner no longer holds at
+    /// the task's epoch: another scanner may own it now (a scanner frozen past its lease
+    /// must not publish what it no longer holds; should it, the executor refuses the
+    /// message's epoch).
     fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<(i64, DeliveryFuture)>) -> Generation {
         let now = Utc::now();
         let (generation, producer) = self.producer.get();
         for t in tasks {
-            if t.lease_until <= now {
+            if t.lease_until <= now || !self.ownership.holds(t.bucket, t.epoch) {
                 self.metrics.fenced.inc();
-                tracing::warn!(task_id = t.id, "claim expired before publishing; dropped");
+                tracing::debug!(
+                    task_id = t.id,
+                    bucket = t.bucket,
+                    "claim expired or bucket lost before publishing; dropped"
+                );
                 continue;
             }
             let message = TaskMessage::from(&t);

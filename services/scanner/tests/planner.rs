@@ -61,7 +61,7 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
         insert_sql(&db, "name, schedule_kind, http_url", "'no-run-at', 'once', 'http://127.0.0.1:1/x'").await;
     let good = insert_sql(&db, cols, "'good', 'cron', '0 9 * * 1-5', 'Europe/Berlin', 'http://127.0.0.1:1/x'").await;
 
-    let report = planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    let report = planner().validate_new(&db.pool, Utc::now(), &db.hold_buckets("scanner-a").await, None).await.unwrap();
     assert_eq!(report.timers, 6);
     assert_eq!(report.invalid, 5);
     for (id, column) in [
@@ -82,7 +82,10 @@ async fn sql_rows_the_planner_cannot_understand_are_marked_invalid_with_the_reas
     assert!(next.unwrap() > Utc::now());
 
     // Invalid rows are never planned, and the schema itself rejects what it can.
-    planner().plan_due(&db.pool, Utc::now() + chrono::Duration::days(7), None).await.unwrap();
+    planner()
+        .plan_due(&db.pool, Utc::now() + chrono::Duration::days(7), &db.hold_buckets("scanner-a").await, None)
+        .await
+        .unwrap();
     for id in [bad_cron, bad_zone, bad_url, no_url, no_run_at] {
         assert!(task_times(&db, id).await.is_empty());
     }
@@ -101,7 +104,7 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     let id = every_second_timer(&db, "http://127.0.0.1:1/x").await;
     let now = Utc::now();
     // A new timer is planned as soon as it is validated, in the same pass.
-    let report = planner().validate_new(&db.pool, now, None).await.unwrap();
+    let report = planner().validate_new(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let times = task_times(&db, id).await;
     // Planned up to twice the horizon (20 s) ahead: about 20 occurrences, one per second.
     assert!((19..=21).contains(&times.len()), "{} occurrences", times.len());
@@ -109,9 +112,12 @@ async fn occurrences_are_planned_a_horizon_ahead_once() {
     assert!(times.windows(2).all(|w| w[1] - w[0] == chrono::Duration::seconds(1)));
     assert!(times[0] >= now - chrono::Duration::seconds(1));
     // Nothing more to plan until the plan comes within the horizon again.
-    let again = planner().plan_due(&db.pool, now, None).await.unwrap();
+    let again = planner().plan_due(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     assert_eq!(again.timers, 0);
-    let later = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15), None).await.unwrap();
+    let later = planner()
+        .plan_due(&db.pool, now + chrono::Duration::seconds(15), &db.hold_buckets("scanner-a").await, None)
+        .await
+        .unwrap();
     assert_eq!(later.timers, 1);
     let extended = task_times(&db, id).await;
     assert_eq!(extended.len(), times.len() + later.tasks_planned as usize);
@@ -123,12 +129,11 @@ async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by
     let db = TestDb::create().await;
     let id = every_second_timer(&db, "http://127.0.0.1:1/x").await;
     let now = Utc::now();
-    let claim = task::PlanClaim {
-        owner: "scanner-a",
-        due_before: now + chrono::Duration::seconds(5),
-        lease: Duration::from_secs(30),
-    };
-    let report = planner().validate_new(&db.pool, now, Some(&claim)).await.unwrap();
+    let held = db.hold_buckets("scanner-a").await;
+    let claim =
+        task::PlanClaim { held: &held, due_before: now + chrono::Duration::seconds(5), lease: Duration::from_secs(30) };
+    let report =
+        planner().validate_new(&db.pool, now, &db.hold_buckets("scanner-a").await, Some(&claim)).await.unwrap();
 
     // About 5 of the ~20 occurrences fall within the 5 s lookahead: those come back
     // claimed by the planning scanner, in the same write that inserted them.
@@ -146,9 +151,8 @@ async fn occurrences_due_within_the_lookahead_are_written_claimed_and_claimed_by
     assert_eq!((claimed_rows + pending_rows) as u64, report.tasks_planned, "every row claimed or pending");
     assert!(report.claimed.iter().all(|t| t.scheduled_at < claim.due_before && !t.reclaimed && t.attempt == 1));
 
-    // Another scanner finds nothing of them to claim, only the pending ones further out.
-    let other =
-        task::claim(&db.pool, "scanner-b", Duration::from_secs(10), Duration::from_secs(30), 1000).await.unwrap();
+    // A claim finds nothing of them to claim again, only the pending ones further out.
+    let other = task::claim(&db.pool, &held, Duration::from_secs(10), Duration::from_secs(30), 1000).await.unwrap();
     let held: Vec<i64> = report.claimed.iter().map(|t| t.id).collect();
     assert!(other.iter().all(|t| !held.contains(&t.id)), "a task claimed twice");
     assert!(other.iter().all(|t| t.scheduled_at >= claim.due_before));
@@ -159,25 +163,23 @@ async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
     let db = TestDb::create().await;
     let id = every_second_timer(&db, "http://127.0.0.1:1/old").await;
     let now = Utc::now();
-    let claim_by = |owner| task::PlanClaim {
-        owner,
-        due_before: now + chrono::Duration::seconds(5),
-        lease: Duration::from_secs(30),
-    };
-    let held_by_a = planner().validate_new(&db.pool, now, Some(&claim_by("scanner-a"))).await.unwrap().claimed;
+    let held = db.hold_buckets("scanner-a").await;
+    let claim =
+        task::PlanClaim { held: &held, due_before: now + chrono::Duration::seconds(5), lease: Duration::from_secs(30) };
+    let held_by_a = planner().validate_new(&db.pool, now, &held, Some(&claim)).await.unwrap().claimed;
     assert!(!held_by_a.is_empty());
 
     // A change of definition, same schedule: the occurrences are planned again from the
-    // new version, by another scanner.
+    // new version.
     sqlx::query("UPDATE timers SET http_url = 'http://127.0.0.1:1/new' WHERE id = $1")
         .bind(id)
         .execute(&db.pool)
         .await
         .unwrap();
-    let report = planner().validate_new(&db.pool, now, Some(&claim_by("scanner-b"))).await.unwrap();
+    let report = planner().validate_new(&db.pool, now, &held, Some(&claim)).await.unwrap();
     assert!(report.tasks_planned > 0);
     let held: Vec<i64> = held_by_a.iter().map(|t| t.id).collect();
-    assert!(report.claimed.iter().all(|t| !held.contains(&t.id)), "scanner-b claimed what scanner-a holds");
+    assert!(report.claimed.iter().all(|t| !held.contains(&t.id)), "a held claim handed out a second time");
     // What scanner-a holds stays its own, at the new version: it publishes it once, and
     // it runs with the new definition.
     let rows: Vec<(i64, String, Option<String>, i64)> =
@@ -201,7 +203,7 @@ async fn a_timer_inserted_paused_is_validated_but_not_planned() {
         "'paused', 'cron', '* * * * * *', 'http://127.0.0.1:1/x', 'paused'",
     )
     .await;
-    let report = planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    let report = planner().validate_new(&db.pool, Utc::now(), &db.hold_buckets("scanner-a").await, None).await.unwrap();
     assert_eq!((report.timers, report.tasks_planned), (1, 0));
     assert_eq!(plan_state(&db, id).await.0, "planned");
     assert!(task_times(&db, id).await.is_empty());
@@ -218,7 +220,7 @@ async fn occurrences_missed_beyond_the_misfire_threshold_fire_once() {
     )
     .await;
     let now = Utc::now();
-    planner().plan_due(&db.pool, now, None).await.unwrap();
+    planner().plan_due(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let times = task_times(&db, id).await;
     let missed: Vec<_> = times.iter().filter(|t| **t < now - chrono::Duration::seconds(60)).collect();
     assert_eq!(missed.len(), 1, "an hour of missed occurrences collapses into one");
@@ -247,9 +249,10 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     assert_eq!(task::plan(&db.pool, &soon, None).await.unwrap().written, 0);
 
     let lookahead = Duration::from_secs(5);
+    let held = db.hold_buckets("a").await;
     let (a, b) = tokio::join!(
-        task::claim(&db.pool, "a", lookahead, Duration::from_millis(300), 150),
-        task::claim(&db.pool, "b", lookahead, Duration::from_millis(300), 150),
+        task::claim(&db.pool, &held, lookahead, Duration::from_millis(300), 150),
+        task::claim(&db.pool, &held, lookahead, Duration::from_millis(300), 150),
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.len() + b.len(), 200, "every task claimed once");
@@ -259,21 +262,22 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     assert_eq!(ids.len(), 200, "no task claimed by both");
 
     // Nothing left to claim until the leases expire (300 ms past each task's due time, the
-    // last due 200 ms from the start); then another owner takes them.
-    assert!(task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
+    // last due 200 ms from the start); then they are claimed again.
+    assert!(task::claim(&db.pool, &held, lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let c = task::claim(&db.pool, "c", lookahead, Duration::from_secs(30), 1000).await.unwrap();
+    let c = task::claim(&db.pool, &held, lookahead, Duration::from_secs(30), 1000).await.unwrap();
     assert_eq!(c.len(), 200);
     assert!(c.iter().all(|t| t.reclaimed), "claimed again after the leases expired");
     assert!(a.iter().chain(&b).all(|t| !t.reclaimed), "first claims");
     // A task marked running is no longer claimable, whatever its lease says (one started
     // without a mark is protected by its lease alone, which outlives its callback).
-    let ids: Vec<(i64, i32)> = c.iter().map(|t| (t.id, t.attempt)).collect();
+    let ids: Vec<task::StartRequest> =
+        c.iter().map(|t| task::StartRequest { task_id: t.id, attempt: t.attempt, epoch: t.epoch }).collect();
     let started = task::start_marked(&db.pool, "exec", &ids).await.unwrap();
     assert_eq!(started.len(), 200);
     tokio::time::sleep(Duration::from_millis(100)).await;
     sqlx::query("UPDATE tasks SET lease_until = now() - interval '1 second'").execute(&db.pool).await.unwrap();
-    assert!(task::claim(&db.pool, "d", lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
+    assert!(task::claim(&db.pool, &held, lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -292,7 +296,7 @@ async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
         );
     }
     let now = Utc::now();
-    planner().plan_due(&db.pool, now, None).await.unwrap();
+    planner().plan_due(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let missed =
         |times: Vec<DateTime<Utc>>| times.into_iter().filter(|t| *t < now - chrono::Duration::seconds(60)).count();
     assert_eq!(missed(task_times(&db, ids[0]).await), 0, "skip");
@@ -397,7 +401,7 @@ async fn pruning_old_occurrences_of_recurring_timers_never_lets_one_fire_again()
 
     // Edit both timers: each goes back to the planner.
     sqlx::query("UPDATE timers SET http_url = 'http://127.0.0.1:2/y'").execute(&db.pool).await.unwrap();
-    planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    planner().validate_new(&db.pool, Utc::now(), &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let once_statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM tasks WHERE timer_id = $1")
         .bind(once)
         .fetch_all(&db.pool)
@@ -420,7 +424,7 @@ async fn a_cron_expression_that_never_matches_is_marked_invalid_not_done() {
     let cols = "name, schedule_kind, cron_expr, http_url";
     let never = insert_sql(&db, cols, "'30-feb', 'cron', '0 0 30 2 *', 'http://127.0.0.1:1/x'").await;
     let leap_day = insert_sql(&db, cols, "'29-feb', 'cron', '0 0 29 2 *', 'http://127.0.0.1:1/x'").await;
-    planner().validate_new(&db.pool, Utc::now(), None).await.unwrap();
+    planner().validate_new(&db.pool, Utc::now(), &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let (status, reason, _) = plan_state(&db, never).await;
     assert_eq!(status, "invalid");
     assert!(reason.unwrap_or_default().starts_with("cron_expr: "), "names the column");
@@ -471,14 +475,17 @@ async fn rows_out_of_range_are_marked_invalid_and_the_others_planned() {
     )
     .await;
     let now = Utc::now();
-    planner().validate_new(&db.pool, now, None).await.unwrap();
+    planner().validate_new(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     sqlx::query("UPDATE timers SET catchup_window_ms = 9223372036854775807, next_plan_at = $2 WHERE id = $1")
         .bind(planned)
         .bind(now - chrono::Duration::hours(2))
         .execute(&db.pool)
         .await
         .unwrap();
-    let report = planner().plan_due(&db.pool, now + chrono::Duration::seconds(15), None).await.unwrap();
+    let report = planner()
+        .plan_due(&db.pool, now + chrono::Duration::seconds(15), &db.hold_buckets("scanner-a").await, None)
+        .await
+        .unwrap();
     assert_eq!(report.invalid, 1, "{report:?}");
 
     for (column, id) in extreme.into_iter().chain([("catchup_window_ms", planned)]) {

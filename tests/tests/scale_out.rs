@@ -1,0 +1,240 @@
+//! Scale-out under faults: three scanners and three executors as separate processes, 8
+//! partitions, 300 timers firing every second plus one-shots, for 70 s. Meanwhile one
+//! scanner is killed (and replaced later), another frozen past its lease and thawed, a
+//! fourth executor added, one executor stopped gracefully and another killed. Every
+//! occurrence must reach the sink; the only repeats allowed are calls the killed executor
+//! had in flight. Prints lost, repeated, each takeover's time and the largest lag.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use punctual_executor::group_watch::{describe, GroupView};
+use punctual_shared::timer::task_identity;
+use punctual_testkit::load::{until, Load};
+use punctual_testkit::stack::metric_value;
+use punctual_testkit::{kafka_brokers, unique_name, Behaviour, ServiceProcess, Sink, Stack};
+use rdkafka::consumer::BaseConsumer;
+use uuid::Uuid;
+
+const TIMERS: i64 = 300;
+const ONE_SHOTS: i64 = 300;
+const SECONDS: i64 = 70;
+const PARTITIONS: &str = "8";
+/// Each call takes this long, so that some are in flight when an executor dies.
+const CALL: Duration = Duration::from_millis(300);
+/// How long before the kill a repeated call's first call may have begun: its length, and
+/// the write-back of its outcome.
+const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
+/// Each takeover must be done within this.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
+/// The largest lag allowed, first calls only.
+const LAG_BOUND: Duration = Duration::from_secs(10);
+
+/// A scanner's and an executor's default identity: host name and ops port.
+fn identity(p: &ServiceProcess) -> String {
+    format!("{}:{}", punctual_shared::ops::host_name(), p.port)
+}
+
+async fn buckets_of(stack: &Stack, owner: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM buckets WHERE owner = $1")
+        .bind(owner)
+        .fetch_one(&stack.db.pool)
+        .await
+        .unwrap()
+}
+
+/// How long after `since` until no bucket is `owner`'s and every bucket is someone's.
+async fn buckets_moved_from(stack: &Stack, owner: &str, since: Instant) -> Duration {
+    loop {
+        let (orphaned, theirs): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE owner IS NULL), count(*) FILTER (WHERE owner = $1) FROM buckets",
+        )
+        .bind(owner)
+        .fetch_one(&stack.db.pool)
+        .await
+        .unwrap();
+        if orphaned == 0 && theirs == 0 {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(60), "{owner}'s buckets never moved");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn group_view(stack: &Stack) -> Option<GroupView> {
+    let observer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique_name("observer"))
+        .create()
+        .expect("observer");
+    let group = stack.env.iter().rev().find(|(k, _)| *k == "PUNCTUAL_EXECUTOR_GROUP").map(|(_, v)| v.clone()).unwrap();
+    describe(&observer, &group, &stack.topic).ok()
+}
+
+/// How long after `since` until the group is stable without `member` and every partition
+/// is held.
+async fn partitions_moved_from(stack: &Stack, member: &str, since: Instant) -> Duration {
+    loop {
+        let view = group_view(stack);
+        if let Some(v) = &view {
+            if v.state == "Stable" && v.unassigned.is_empty() && !v.members.iter().any(|m| m == member) {
+                return since.elapsed();
+            }
+        }
+        assert!(since.elapsed() < Duration::from_secs(60), "{member}'s partitions never moved: {view:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One-shot timers due at random whole-second offsets within the load, inserted with SQL;
+/// returns their identities.
+async fn one_shots(stack: &Stack, sink: &Sink, load: &Load) -> HashSet<String> {
+    let rows: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+        "INSERT INTO timers (name, schedule_kind, run_at, http_url, retry_max_attempts, retry_initial_ms, retry_max_ms)
+         SELECT 'once-' || g, 'once', $1 + (g % $2) * interval '1 second' + (g % 997) * interval '1 millisecond',
+                $3, 8, 500, 4000
+           FROM generate_series(1, $4) AS g
+         RETURNING id, run_at",
+    )
+    .bind(load.at(5))
+    .bind(SECONDS - 10)
+    .bind(sink.url("/load"))
+    .bind(ONE_SHOTS)
+    .fetch_all(&stack.db.pool)
+    .await
+    .unwrap();
+    rows.into_iter().map(|(id, at)| task_identity(id, at)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flight_at_a_kill() {
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(CALL));
+    let mut stack = Stack::start(&[("PUNCTUAL_TASKS_PARTITIONS", PARTITIONS.into())]).await;
+    let mut scanner_b = stack.start_another("punctual-scanner", "PUNCTUAL_SCANNER_ADDR").await;
+    let scanner_c = stack.start_another("punctual-scanner", "PUNCTUAL_SCANNER_ADDR").await;
+    let mut executor_b = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    let mut executor_c = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    let scanners = [identity(&stack.scanner), identity(&scanner_b), identity(&scanner_c)];
+    // Three members share the 1,024 buckets (342, 341, 341) within a few heartbeats.
+    let started = Instant::now();
+    loop {
+        let mut shares = Vec::new();
+        for s in &scanners {
+            shares.push(buckets_of(&stack, s).await);
+        }
+        if shares.iter().all(|n| (341..=342).contains(n)) {
+            println!("buckets shared {shares:?} after {:.1} s", started.elapsed().as_secs_f64());
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "buckets never shared: {shares:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
+    let mut expected = load.expected();
+    expected.extend(one_shots(&stack, &sink, &load).await);
+    let mut takeovers: Vec<(&str, Duration)> = Vec::new();
+
+    until(&load, 8).await;
+    scanner_b.kill();
+    let t = Instant::now();
+    takeovers
+        .push(("scanner killed: its buckets owned by the others", buckets_moved_from(&stack, &scanners[1], t).await));
+
+    until(&load, 15).await;
+    let fenced_before = fenced(&scanner_c).await;
+    scanner_c.freeze();
+    let t = Instant::now();
+    takeovers
+        .push(("scanner frozen: its buckets owned by the others", buckets_moved_from(&stack, &scanners[2], t).await));
+    until(&load, 23).await;
+    scanner_c.thaw();
+    // Thawed, it still holds tasks of the buckets it lost: it must publish none of them.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dropped = fenced(&scanner_c).await - fenced_before;
+    println!("the thawed scanner dropped {dropped} tasks of buckets it had lost");
+
+    until(&load, 25).await;
+    scanner_b.restart();
+
+    until(&load, 30).await;
+    let executor_d = stack.start_another("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+
+    until(&load, 40).await;
+    let t = Instant::now();
+    assert!(executor_b.stop(Duration::from_secs(15)), "the graceful stop failed");
+    let stopped_in = t.elapsed();
+    println!("graceful executor stop took {:.2} s", stopped_in.as_secs_f64());
+    takeovers.push((
+        "executor stopped: its partitions held by the others",
+        partitions_moved_from(&stack, &identity(&executor_b), t).await,
+    ));
+
+    until(&load, 50).await;
+    executor_c.kill();
+    let killed_at = Utc::now();
+    let t = Instant::now();
+    takeovers.push((
+        "executor killed: its partitions held by the others",
+        partitions_moved_from(&stack, &identity(&executor_c), t).await,
+    ));
+
+    let all_seen = load
+        .wait_for_all(
+            || sink.calls(),
+            Duration::from_secs(120),
+            || {
+                stack.restart_exited();
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = sink.calls();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut first: HashMap<String, DateTime<Utc>> = HashMap::new();
+    let mut largest_lag = chrono::Duration::zero();
+    for c in &calls {
+        let Some(key) = c.idempotency_key.clone() else { continue };
+        *counts.entry(key.clone()).or_default() += 1;
+        if let std::collections::hash_map::Entry::Vacant(e) = first.entry(key) {
+            if let Some(at) = c.scheduled_at() {
+                largest_lag = largest_lag.max(c.received_at - at);
+            }
+            e.insert(c.received_at);
+        }
+    }
+    let lost: Vec<&String> = expected.iter().filter(|k| !counts.contains_key(*k)).collect();
+    let unexpected = counts.keys().filter(|k| !expected.contains(*k)).count();
+    let repeated: Vec<(&String, i64)> =
+        counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| (k, (killed_at - first[k]).num_milliseconds())).collect();
+    let not_in_flight: Vec<_> =
+        repeated.iter().filter(|(_, ms)| *ms < 0 || *ms > IN_FLIGHT.as_millis() as i64).take(5).collect();
+    println!(
+        "expected {}, lost {}, repeated {} ({} not in flight at the executor kill), unexpected {unexpected}",
+        expected.len(),
+        lost.len(),
+        repeated.len(),
+        not_in_flight.len()
+    );
+    for (what, took) in &takeovers {
+        println!("takeover: {what} in {:.2} s", took.as_secs_f64());
+    }
+    println!("largest lag: {:.2} s", largest_lag.num_milliseconds() as f64 / 1000.0);
+
+    assert!(all_seen && lost.is_empty(), "lost {}: {:?}", lost.len(), lost.iter().take(5).collect::<Vec<_>>());
+    assert_eq!(unexpected, 0);
+    assert!(not_in_flight.is_empty(), "repeated calls that were not in flight at the executor kill: {not_in_flight:?}");
+    for (what, took) in &takeovers {
+        assert!(*took <= TAKEOVER_BOUND, "{what}: {took:?}");
+    }
+    assert!(largest_lag.to_std().unwrap_or_default() <= LAG_BOUND, "largest lag {largest_lag}");
+    assert!(stopped_in <= Duration::from_secs(10 + 2), "the graceful stop outlasted its bound: {stopped_in:?}");
+    drop((executor_d, scanner_b, scanner_c));
+}
+
+async fn fenced(scanner: &ServiceProcess) -> f64 {
+    let text = reqwest::get(scanner.url("/metrics")).await.unwrap().text().await.unwrap();
+    metric_value(&text, "punctual_tasks_fenced_total").unwrap_or(0.0)
+}
