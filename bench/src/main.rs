@@ -95,6 +95,22 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// What deleting old history costs: retention's batched deletes against dropping a
+    /// time partition of the same rows.
+    Retention {
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: i64,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// The hot scans beside `rows` finished occurrences: index range scans, and how long
+    /// the claim and a timer's run listing take.
+    History {
+        #[arg(long, default_value_t = 10_000_000)]
+        rows: i64,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw produce and consume throughput of the broker with Punctual's client settings.
     BrokerBaseline {
         #[arg(long, default_value_t = 1_000_000)]
@@ -134,6 +150,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::ClaimBaseline { rows, batch, servers } => {
             baselines::claim(&servers.start().database_server, rows, batch).await.map(drop)
+        }
+        Command::Retention { rows, servers } => {
+            baselines::retention(&servers.start().database_server, rows).await.map(drop)
+        }
+        Command::History { rows, servers } => {
+            baselines::history(&servers.start().database_server, rows).await.map(drop)
         }
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)

@@ -5,7 +5,7 @@
 //! and heartbeat, never per bucket or task). Each bucket has one owner among the members
 //! and an epoch that grows by one at every change of owner. Every write a scanner makes for
 //! a bucket is conditional, in the same statement, on its membership and on the bucket's
-//! owner and epoch ([`OWNED`]); tasks record the epoch they were claimed under, and their
+//! owner and epoch ([`owned_join`]); tasks record the epoch they were claimed under, and their
 //! messages carry it, so the executor never runs an occurrence from a superseded epoch.
 //! The migration `20261205000001_bucket_leases.sql` describes the locking.
 
@@ -50,22 +50,37 @@ impl Held {
     pub fn len(&self) -> usize {
         self.buckets.len()
     }
+
+    /// The epoch of every bucket, indexed by bucket; -1 (no epoch) for those not held: the
+    /// form statements take holdings in ([`owned_join`]).
+    pub fn epochs_by_bucket(&self) -> Vec<i64> {
+        let mut epochs = vec![-1; BUCKETS as usize];
+        for (bucket, epoch) in self.buckets.iter().zip(&self.epochs) {
+            if let Some(e) = epochs.get_mut(*bucket as usize) {
+                *e = *epoch;
+            }
+        }
+        epochs
+    }
 }
 
-/// Common table expressions `me` and `owned(bucket, epoch)`, for statements whose first
-/// three parameters are a [`Held`]'s owner, buckets and epochs: `owned` is the held
-/// buckets that the owner still holds at those epochs, and is empty unless the owner is a
-/// live member. `me` locks the member's row (KEY SHARE) until the transaction ends, so
-/// that no other scanner can take these buckets meanwhile: taking a dead member's buckets
-/// starts by deleting its row, and skips a row that is locked ([`remove_expired`]).
-pub const OWNED: &str = "me AS (
-        SELECT id FROM scanners WHERE id = $1 AND lease_until > now() FOR KEY SHARE
-     ), owned AS (
-        SELECT b.bucket, b.epoch
-          FROM UNNEST($2::smallint[], $3::bigint[]) AS h(bucket, epoch)
-          JOIN buckets b ON b.bucket = h.bucket AND b.epoch = h.epoch
-         WHERE b.owner = $1 AND EXISTS (SELECT 1 FROM me)
-     )";
+/// Common table expression `me`, for statements whose first two parameters are a
+/// [`Held`]'s owner and [`Held::epochs_by_bucket`]: the owner's membership row if it is a
+/// live member, locked (KEY SHARE) until the transaction ends, so that no other scanner
+/// can take its buckets meanwhile: taking a dead member's buckets starts by deleting its
+/// row, and skips a row that is locked ([`remove_expired`]).
+pub const MEMBER: &str = "me AS (SELECT id FROM scanners WHERE id = $1 AND lease_until > now() FOR KEY SHARE)";
+
+/// A join keeping the rows whose bucket (the SQL expression `bucket`) the owner ($1)
+/// holds at the epoch it believes ($2, [`Held::epochs_by_bucket`]), while it is a live
+/// member ([`MEMBER`] must be in the statement); the bucket's row is `alias`. It reads
+/// `buckets` by key, so it costs a key lookup or a hash probe per row, whatever the plan.
+pub fn owned_join(alias: &str, bucket: &str) -> String {
+    format!(
+        "JOIN buckets {alias} ON {alias}.bucket = {bucket} AND {alias}.owner = $1
+                             AND {alias}.epoch = ($2::bigint[])[{bucket} + 1] AND EXISTS (SELECT 1 FROM me)"
+    )
+}
 
 /// Renews the membership of `owner` for `lease`; false if it was not a live member (its
 /// lease expired, or it never joined): then it holds nothing and must [`join`] again.

@@ -8,6 +8,7 @@ pub mod db;
 pub mod kafka;
 pub mod ops;
 pub mod policy;
+pub mod retention;
 pub mod retry;
 pub mod schedule;
 pub mod supervisor;

@@ -384,6 +384,9 @@ pub struct TimerRow {
     pub plan_status: String,
     pub next_plan_at: Option<DateTime<Utc>>,
     pub invalid_reason: Option<String>,
+    /// Occurrences at or before this had their history deleted by retention, and are
+    /// never planned again.
+    pub pruned_through: Option<DateTime<Utc>>,
 }
 
 impl TimerRow {

@@ -58,7 +58,7 @@ async fn members_share_the_buckets_and_no_bucket_has_two_owners() {
 async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
-    let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_millis(500), BUCKETS as usize).await.unwrap();
+    let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_secs(3), BUCKETS as usize).await.unwrap();
     let planned: Vec<PlannedTask> = (1..=5)
         .map(|i| PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(i), timer_version: 1 })
         .collect();
@@ -77,7 +77,7 @@ async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
     assert!(bucket::remove_expired(&db.pool).await.unwrap().is_empty());
     assert!(bucket::acquire(&db.pool, "new", &[], 1024).await.unwrap().is_empty());
 
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
     assert_eq!(bucket::remove_expired(&db.pool).await.unwrap(), ["old"]);
     let grants = bucket::acquire(&db.pool, "new", &[], 1024).await.unwrap();
     assert_eq!(grants.len(), 1024);
@@ -124,11 +124,11 @@ async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
 #[tokio::test]
 async fn a_member_with_a_statement_in_flight_is_not_removed() {
     let db = TestDb::create().await;
-    let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_millis(300), 4).await.unwrap();
+    let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_secs(2), 4).await.unwrap();
     let mut tx = db.pool.begin().await.unwrap();
     // A claim inside an open transaction holds the member's row (KEY SHARE).
     task::claim(&mut *tx, &old, Duration::from_secs(5), Duration::from_secs(30), 10).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert!(bucket::remove_expired(&db.pool).await.unwrap().is_empty(), "removed while writing");
     tx.commit().await.unwrap();
     assert_eq!(bucket::remove_expired(&db.pool).await.unwrap(), ["old"]);

@@ -70,6 +70,14 @@ pub struct ScannerConfig {
     /// acquires buckets towards its fair share of the live scanners.
     #[arg(long, env = "PUNCTUAL_BUCKET_HEARTBEAT_MS", default_value_t = 1_000)]
     pub bucket_heartbeat_ms: u64,
+    /// Finished occurrences (succeeded, dead, cancelled) are deleted, with their attempts,
+    /// this many days after they finished; 0 keeps them forever. The scanner holding
+    /// bucket 0 does it, in short batches.
+    #[arg(long, env = "PUNCTUAL_RETENTION_DAYS", default_value_t = 7)]
+    pub retention_days: u32,
+    /// How often the retention pass runs.
+    #[arg(long, env = "PUNCTUAL_RETENTION_INTERVAL_MS", default_value_t = 600_000)]
+    pub retention_interval_ms: u64,
     /// Occurrences missed by more than this (system down or behind) are fired once, not each.
     #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
     pub misfire_threshold_ms: u64,

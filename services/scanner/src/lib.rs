@@ -1,7 +1,7 @@
 //! The scanner: plans timer occurrences into task rows, claims due tasks in lookahead
 //! windows, holds them in a timing wheel and publishes each to Kafka at its fire time.
 //!
-//! Five long-lived tasks under one cancellation token (a panic in any of them stops the
+//! Long-lived tasks under one cancellation token (a panic in any of them stops the
 //! scanner, which exits with an error for its supervisor to restart):
 //! * the lease keeper ([`leases::LeaseKeeper`]): renews this scanner's membership every
 //!   heartbeat and keeps its fair share of the buckets; the others plan, claim and publish
@@ -13,13 +13,16 @@
 //! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
 //!   and publishes them. Publishing writes nothing to Postgres: a task whose message is
 //!   lost stays claimed until its lease expires, and is then claimed and sent again;
-//! * the topic keeper ([`keep_topic`]): creates the tasks topic again if the broker lost it.
+//! * the topic keeper ([`keep_topic`]): creates the tasks topic again if the broker lost it;
+//! * retention ([`retention::Retention`]): while this scanner holds bucket 0, deletes old
+//!   finished occurrences.
 
 pub mod config;
 pub mod leases;
 pub mod metrics;
 pub mod planner;
 pub mod publisher;
+pub mod retention;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +107,19 @@ impl App {
             .run(token.clone()),
         );
 
+        if self.config.retention_days > 0 {
+            tasks.spawn(
+                "retention",
+                retention::Retention {
+                    pool: self.pool.clone(),
+                    ownership: ownership.clone(),
+                    keep: std::time::Duration::from_secs(u64::from(self.config.retention_days) * 86_400),
+                    every: std::time::Duration::from_millis(self.config.retention_interval_ms.max(1)),
+                    metrics: self.metrics.clone(),
+                }
+                .run(token.clone()),
+            );
+        }
         tasks.spawn("listener", listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tasks.spawn(
             "scan loop",

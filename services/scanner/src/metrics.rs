@@ -19,6 +19,7 @@ pub struct Metrics {
     pub bucket_takeovers: IntCounter,
     pub buckets_released: IntCounter,
     pub lease_errors: IntCounter,
+    pub pruned: IntCounter,
     pub publish_lag: Histogram,
     pub scan_seconds: Histogram,
 }
@@ -47,6 +48,8 @@ impl Metrics {
         );
         let buckets_released =
             counter("punctual_buckets_released_total", "Buckets handed over to other scanners (fair share, stop)");
+        let pruned =
+            counter("punctual_tasks_pruned_total", "Finished occurrences deleted by retention (with their attempts)");
         let lease_errors = counter("punctual_bucket_lease_errors_total", "Heartbeats whose lease work failed");
         let scan_errors = counter("punctual_scan_errors_total", "Planning or claiming passes that failed");
         let reclaimed = counter(
@@ -92,6 +95,7 @@ impl Metrics {
             bucket_takeovers,
             buckets_released,
             lease_errors,
+            pruned,
             publish_lag,
             scan_seconds,
         }

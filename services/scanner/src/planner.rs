@@ -2,7 +2,7 @@
 //!
 //! Two passes, each one transaction over a batch of the timers of the buckets the scanner
 //! holds ([`Held`]), locked with SKIP LOCKED. Every statement checks that the scanner is
-//! still a live member holding those buckets at their epochs ([`OWNED`]); the first
+//! still a live member holding those buckets at their epochs ([`owned_join`]); the first
 //! check locks its membership until the transaction ends, so no other scanner can take
 //! the buckets before the pass is committed, and a scanner that lost them plans nothing:
 //! * [`Planner::validate_new`] reads rows in `plan_status = 'new'` (plain SQL inserts,
@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use punctual_shared::bucket::{Held, OWNED};
+use punctual_shared::bucket::{owned_join, Held, MEMBER};
 use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::schedule::{Schedule, ScheduleKind};
 use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
@@ -79,22 +79,23 @@ impl Planner {
         if held.is_empty() {
             return Ok(PassReport::default());
         }
+        let owned = owned_join("ob", "punctual_bucket(timers.id)");
         let mut tx = db.begin().await?;
         // Rows stored before the schema bounded their values (the check exempts invalid
         // rows only): marked invalid unread, since a far instant cannot even be decoded.
         let out_of_range = sqlx::query(&format!(
-            "WITH {OWNED}
+            "WITH {MEMBER}
              UPDATE timers t SET plan_status = 'invalid', next_plan_at = NULL, invalid_reason = o.reason
-               FROM (SELECT id, punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
-                                                            delay_ms, interval_ms, catchup_window_ms) AS reason
-                       FROM timers
-                      WHERE plan_status = 'new' AND punctual_bucket(id) IN (SELECT bucket FROM owned)
-                      ORDER BY created_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED) o
+               FROM (SELECT timers.id,
+                            punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
+                                                        delay_ms, interval_ms, catchup_window_ms) AS reason
+                       FROM timers {owned}
+                      WHERE plan_status = 'new'
+                      ORDER BY created_at LIMIT $3 FOR UPDATE OF timers SKIP LOCKED) o
               WHERE t.id = o.id AND o.reason IS NOT NULL"
         ))
         .bind(&held.owner)
-        .bind(&held.buckets)
-        .bind(&held.epochs)
+        .bind(held.epochs_by_bucket())
         .bind(PASS_SIZE)
         .execute(&mut *tx)
         .await?
@@ -105,16 +106,15 @@ impl Planner {
         // Out of range again here: a row written since the statement above (each statement
         // sees what is committed when it starts) is left for the next pass to mark.
         let rows: Vec<TimerRow> = sqlx::query_as(&format!(
-            "WITH {OWNED}
-             SELECT timers.* FROM timers
-              WHERE plan_status = 'new' AND punctual_bucket(id) IN (SELECT bucket FROM owned)
+            "WITH {MEMBER}
+             SELECT timers.* FROM timers {owned}
+              WHERE plan_status = 'new'
                 AND punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
                                                 delay_ms, interval_ms, catchup_window_ms) IS NULL
-              ORDER BY created_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED"
+              ORDER BY created_at LIMIT $3 FOR UPDATE OF timers SKIP LOCKED"
         ))
         .bind(&held.owner)
-        .bind(&held.buckets)
-        .bind(&held.epochs)
+        .bind(held.epochs_by_bucket())
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
         .await?;
@@ -145,16 +145,15 @@ impl Planner {
             return Ok(PassReport::default());
         }
         let mut tx = db.begin().await?;
+        let owned = owned_join("ob", "punctual_bucket(timers.id)");
         let rows: Vec<TimerRow> = sqlx::query_as(&format!(
-            "WITH {OWNED}
-             SELECT timers.* FROM timers
-              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $4
-                AND punctual_bucket(id) IN (SELECT bucket FROM owned)
-              ORDER BY next_plan_at LIMIT $5 FOR UPDATE OF timers SKIP LOCKED"
+            "WITH {MEMBER}
+             SELECT timers.* FROM timers {owned}
+              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $3
+              ORDER BY next_plan_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED"
         ))
         .bind(&held.owner)
-        .bind(&held.buckets)
-        .bind(&held.epochs)
+        .bind(held.epochs_by_bucket())
         .bind(now + self.horizon())
         .bind(PASS_SIZE)
         .fetch_all(&mut *tx)
@@ -191,7 +190,8 @@ impl Planner {
             Err(e) => return PlanUpdate::invalid(row.id, e.to_string()),
         };
         let first = if schedule.is_one_shot() {
-            schedule.one_shot_at(row.created_at)
+            // An occurrence whose history retention deleted ran long ago: not again.
+            schedule.one_shot_at(row.created_at).filter(|at| row.pruned_through.is_none_or(|p| *at > p))
         } else {
             // A resumed timer continues from where its plan stopped, but not before now:
             // what was missed while paused is not fired. An edited timer (next_plan_at
@@ -244,16 +244,18 @@ impl Planner {
                 break;
             }
             let missed = at < now - misfire;
-            let keep = match (missed, policy) {
-                (false, _) => true,
-                (true, MisfirePolicy::Skip) => false,
-                // Of a run of missed occurrences only the latest fires: remember it.
-                (true, MisfirePolicy::FireOnce) => {
-                    latest_missed = Some(at);
-                    false
-                }
-                (true, MisfirePolicy::FireAll) => at >= catchup_from,
-            };
+            let pruned = row.pruned_through.is_some_and(|p| at <= p);
+            let keep = !pruned
+                && match (missed, policy) {
+                    (false, _) => true,
+                    (true, MisfirePolicy::Skip) => false,
+                    // Of a run of missed occurrences only the latest fires: remember it.
+                    (true, MisfirePolicy::FireOnce) => {
+                        latest_missed = Some(at);
+                        false
+                    }
+                    (true, MisfirePolicy::FireAll) => at >= catchup_from,
+                };
             if keep {
                 if let Some(m) = latest_missed.take() {
                     tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
