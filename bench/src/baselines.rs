@@ -20,15 +20,36 @@ pub struct ClaimBaseline {
     pub rows_per_s: f64,
 }
 
+/// A database of its own on a Postgres server, with Punctual's schema, for one baseline.
+struct Scratch {
+    name: String,
+    admin: PgConnection,
+    pool: sqlx::PgPool,
+}
+
+impl Scratch {
+    async fn create(server: &str) -> anyhow::Result<Self> {
+        let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+        let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
+        punctual_shared::db::MIGRATOR.run(&pool).await?;
+        Ok(Self { name, admin, pool })
+    }
+
+    async fn drop(mut self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name)).execute(&mut self.admin).await?;
+        Ok(())
+    }
+}
+
 /// How many task rows per second Postgres claims with the scanner's own statement
 /// (batched `UPDATE … FOR UPDATE SKIP LOCKED … RETURNING`, same schema and indexes), all
 /// due at once as at the peak of a burst, in a database of its own.
 pub async fn claim(server: &str, rows: i64, batch: i64) -> anyhow::Result<ClaimBaseline> {
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
-    punctual_shared::db::MIGRATOR.run(&pool).await?;
+    let scratch = Scratch::create(server).await?;
+    let pool = scratch.pool.clone();
     let timer: uuid::Uuid = sqlx::query_scalar(
         "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status)
          VALUES ('bench', 'cron', '* * * * * *', 'http://127.0.0.1:9/', 'planned') RETURNING id",
@@ -58,8 +79,7 @@ pub async fn claim(server: &str, rows: i64, batch: i64) -> anyhow::Result<ClaimB
         claimed += got.len() as u64;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin).await?;
+    scratch.drop().await?;
     let result = ClaimBaseline { rows: claimed, batch, rows_per_s: claimed as f64 / elapsed };
     println!("claim baseline: {claimed} rows in {elapsed:.2} s, batches of {batch}: {:.0} rows/s", result.rows_per_s);
     Ok(result)
@@ -79,11 +99,8 @@ pub struct RetentionCost {
 /// What deleting `rows` finished occurrences costs Postgres: retention's batched deletes
 /// against dropping a time partition holding the same rows, each in a database of its own.
 pub async fn retention(server: &str, rows: i64) -> anyhow::Result<RetentionCost> {
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
-    punctual_shared::db::MIGRATOR.run(&pool).await?;
+    let scratch = Scratch::create(server).await?;
+    let pool = scratch.pool.clone();
     let timer: uuid::Uuid = sqlx::query_scalar(
         "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status)
          VALUES ('bench', 'cron', '* * * * * *', 'http://127.0.0.1:9/', 'planned') RETURNING id",
@@ -143,8 +160,7 @@ pub async fn retention(server: &str, rows: i64) -> anyhow::Result<RetentionCost>
     sqlx::query("DROP TABLE tasks_old").execute(&pool).await?;
     let drop_partition_s = started.elapsed().as_secs_f64();
     let drop_partition_wal_mb = (wal().await? - wal_before) / 1e6;
-    pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin).await?;
+    scratch.drop().await?;
     let result = RetentionCost { rows, delete_s, delete_wal_mb, drop_partition_s, drop_partition_wal_mb };
     println!(
         "retention of {rows} rows: batched deletes {delete_s:.2} s, {delete_wal_mb:.1} MB of WAL; \
@@ -169,11 +185,8 @@ pub struct HistoryCheck {
 /// Whether the hot scans stay index range scans beside `rows` finished occurrences (of
 /// 10,000 timers), and how long the claim and a timer's run listing then take.
 pub async fn history(server: &str, rows: i64) -> anyhow::Result<HistoryCheck> {
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
-    punctual_shared::db::MIGRATOR.run(&pool).await?;
+    let scratch = Scratch::create(server).await?;
+    let pool = scratch.pool.clone();
     let timers: Vec<uuid::Uuid> = sqlx::query_scalar(
         "INSERT INTO timers (name, schedule_kind, cron_expr, http_url, plan_status)
          SELECT 'history-' || g, 'cron', '* * * * * *', 'http://127.0.0.1:9/', 'planned'
@@ -257,8 +270,7 @@ pub async fn history(server: &str, rows: i64) -> anyhow::Result<HistoryCheck> {
         runs_ms = runs_ms.min(started.elapsed().as_secs_f64() * 1e3);
         anyhow::ensure!(!runs.is_empty(), "no runs listed");
     }
-    pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin).await?;
+    scratch.drop().await?;
     println!("{rows} finished occurrences stored (inserted in {insert_s:.0} s)");
     println!("due scan:\n{due_plan}\nexpired scan:\n{expired_plan}\nruns of a timer:\n{runs_plan}");
     println!("claim of 5,000 due tasks: {claim_ms:.1} ms; a timer's latest 100 runs: {runs_ms:.2} ms");

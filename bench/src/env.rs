@@ -86,16 +86,18 @@ impl CpuSample {
 }
 
 impl Env {
-    /// CPU used so far by the stack's processes (the broker and Postgres only when the
-    /// harness started them: it knows their process ids).
+    /// CPU used so far by the stack's processes, every scanner and executor included (the
+    /// broker and Postgres only when the harness started them: it knows their process ids).
     pub fn cpu(&self, stack: &Stack) -> CpuSample {
         let of = |pid: Option<u32>| pid.and_then(cpu_seconds).unwrap_or(0.0);
         let postgres = self
             .postmaster_pid()
             .map_or(0.0, |pm| of(Some(pm)) + children(pm).into_iter().map(|p| of(Some(p))).sum::<f64>());
+        let more =
+            |binary: &str| stack.more.iter().filter(|p| p.name.starts_with(binary)).map(|p| of(p.pid())).sum::<f64>();
         CpuSample {
-            scanner: of(stack.scanner.pid()),
-            executor: of(stack.executor.pid()),
+            scanner: of(stack.scanner.pid()) + more("punctual-scanner"),
+            executor: of(stack.executor.pid()) + more("punctual-executor"),
             broker: of(self.broker_pid()),
             postgres,
             sink: of(Some(std::process::id())),

@@ -59,6 +59,12 @@ enum Command {
         rate: u32,
         #[arg(long, default_value_t = 30)]
         duration: u32,
+        /// Scanners sharing the buckets.
+        #[arg(long, default_value_t = 1)]
+        scanners: usize,
+        /// Executors sharing the partitions.
+        #[arg(long, default_value_t = 1)]
+        executors: usize,
         #[command(flatten)]
         servers: Servers,
     },
@@ -139,8 +145,8 @@ async fn main() -> anyhow::Result<()> {
     punctual_shared::telemetry::init();
     match Cli::parse().command {
         Command::Run { smoke, out, rates, servers } => run(smoke, &out, rates, servers).await,
-        Command::Sustained { rate, duration, servers } => {
-            scenarios::sustained(&servers.start(), rate, duration).await.map(drop)
+        Command::Sustained { rate, duration, scanners, executors, servers } => {
+            scenarios::sustained(&servers.start(), rate, duration, scanners, executors).await.map(drop)
         }
         Command::Burst { timers, window, lead, servers } => {
             scenarios::burst(&servers.start(), timers, window, lead).await.map(drop)
@@ -187,7 +193,7 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, server
     results.claim_baseline_before =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, 5_000).await?);
     for rate in rates {
-        results.sustained.push(scenarios::sustained(&servers.clone().start(), rate, duration).await?);
+        results.sustained.push(scenarios::sustained(&servers.clone().start(), rate, duration, 1, 1).await?);
     }
     results.burst = Some(if smoke {
         scenarios::burst(&servers.clone().start(), 5_000, 5, 10).await?

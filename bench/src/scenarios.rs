@@ -175,12 +175,24 @@ pub async fn steady_load(
 }
 
 /// Sustained: each rate on a fresh stack and database.
-pub async fn sustained(env: &Env, rate: u32, duration_s: u32) -> anyhow::Result<LoadResult> {
+pub async fn sustained(
+    env: &Env,
+    rate: u32,
+    duration_s: u32,
+    scanners: usize,
+    executors: usize,
+) -> anyhow::Result<LoadResult> {
     let sink = LagSink::start().await?;
-    let stack = env.stack(&[]).await;
+    let mut stack = env.stack(&[]).await;
+    for _ in 1..scanners {
+        stack.add("punctual-scanner", "PUNCTUAL_SCANNER_ADDR").await;
+    }
+    for _ in 1..executors {
+        stack.add("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    }
     let result = steady_load(env, &stack, &sink, rate, duration_s).await?;
     println!(
-        "sustained {rate}/s × {duration_s} s: delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
+        "sustained {rate}/s × {duration_s} s, {scanners} scanner(s), {executors} executor(s): delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
         result.delivered,
         result.expected,
         result.lost,

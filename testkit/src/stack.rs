@@ -17,6 +17,8 @@ pub struct Stack {
     pub admin: ServiceProcess,
     pub scanner: ServiceProcess,
     pub executor: ServiceProcess,
+    /// Further instances started with [`Stack::add`], killed with the stack.
+    pub more: Vec<ServiceProcess>,
     pub http: reqwest::Client,
     /// The environment every service was started with.
     pub env: Vec<(&'static str, String)>,
@@ -53,7 +55,7 @@ impl Stack {
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
-        Stack { db, topic, dead_topic, admin, scanner, executor, http: reqwest::Client::new(), env }
+        Stack { db, topic, dead_topic, admin, scanner, executor, more: Vec::new(), http: reqwest::Client::new(), env }
     }
 
     /// One more instance of `binary` (e.g. a second scanner) against the same database and
@@ -62,6 +64,12 @@ impl Stack {
         let mut p = ServiceProcess::start(binary, &unique_name(binary), port_var, &self.env);
         p.wait_healthy(Duration::from_secs(60)).await;
         p
+    }
+
+    /// As [`Stack::start_another`], kept in [`Stack::more`].
+    pub async fn add(&mut self, binary: &str, port_var: &str) {
+        let p = self.start_another(binary, port_var).await;
+        self.more.push(p);
     }
 
     /// Starts again each service that exited on its own, as a supervisor would; returns

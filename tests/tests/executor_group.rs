@@ -157,3 +157,28 @@ async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_ti
         assert_eq!(metric_value(&text, "punctual_partitions_unassigned"), Some(0.0), "{}", live.name);
     }
 }
+
+/// Executors joining under load take partitions from the one running their calls: the
+/// rebalance lets the calls in flight on the revoked partitions finish and their outcomes
+/// be written and committed before the partitions move, so no call runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_joining_under_load_repeat_no_call() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let sink = Sink::start().await;
+    // Long calls: many are in flight whenever partitions move.
+    sink.behave("/load", Behaviour::slow(Duration::from_millis(1_500)));
+    let mut stack = Stack::start(&[]).await;
+    let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
+    until(&load, 4).await;
+    stack.add("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    until(&load, 9).await;
+    stack.add("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
+    let view = eventually(Duration::from_secs(30), "three executors sharing every partition", || async {
+        let view = group_view(&stack);
+        (view.state == "Stable" && view.members.len() == 3 && view.unassigned.is_empty()).then_some(view)
+    })
+    .await;
+    println!("after the joins: {view:?}");
+    let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
+    assert_eq!((audit.lost, audit.duplicated, audit.unexpected), (0, 0, 0), "{audit:?}");
+}

@@ -13,11 +13,13 @@
 pub mod callback;
 pub mod config;
 pub mod group_watch;
+pub mod in_flight;
 pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
+pub mod rebalance;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,12 +30,10 @@ use futures::{FutureExt, StreamExt};
 use punctual_shared::supervisor::Supervisor;
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, StartRequest, TaskMessage};
 use punctual_shared::{db, kafka, ops};
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Message;
-use rdkafka::TopicPartitionList;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -41,8 +41,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::ExecutorConfig;
+use in_flight::InFlight;
 use metrics::Metrics;
 use offsets::OffsetTracker;
+use rebalance::ExecutorContext;
 
 /// Most messages started by one statement.
 const START_BATCH: usize = 1_000;
@@ -57,6 +59,8 @@ pub struct App {
     caller: Arc<callback::Caller>,
     /// The actions of the timers whose tasks started here, by version.
     actions: task::ActionCache,
+    /// Tasks started here whose outcome is not written yet.
+    in_flight: Arc<InFlight>,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
@@ -80,22 +84,6 @@ fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::err
     .create()
 }
 
-/// Logs partition assignments, so a group that does not settle can be seen.
-pub struct ExecutorContext;
-
-impl ClientContext for ExecutorContext {}
-
-impl ConsumerContext for ExecutorContext {
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let partitions = |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| e.partition()).collect::<Vec<_>>();
-        match rebalance {
-            Rebalance::Assign(tpl) => tracing::info!(partitions = ?partitions(tpl), "partitions assigned"),
-            Rebalance::Revoke(tpl) => tracing::info!(partitions = ?partitions(tpl), "partitions revoked"),
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
-        }
-    }
-}
-
 type TaskConsumer = StreamConsumer<ExecutorContext>;
 
 /// A message's place in its partition.
@@ -103,29 +91,6 @@ type TaskConsumer = StreamConsumer<ExecutorContext>;
 struct Position {
     partition: i32,
     offset: i64,
-}
-
-/// The tasks started here whose outcome is not written yet. A second message for one of
-/// them is skipped: a scanner that took over a bucket claims its tasks again and publishes
-/// them, and one already running here (started without a write, so the database cannot
-/// tell) must not run twice. Both messages land on the same partition (by bucket), so on
-/// this executor.
-#[derive(Default)]
-struct InFlight(Mutex<HashSet<i64>>);
-
-impl InFlight {
-    fn contains(&self, task_id: i64) -> bool {
-        self.0.lock().expect("in-flight lock").contains(&task_id)
-    }
-    fn insert(&self, task_id: i64) {
-        self.0.lock().expect("in-flight lock").insert(task_id);
-    }
-    fn remove_all(&self, task_ids: impl IntoIterator<Item = i64>) {
-        let mut set = self.0.lock().expect("in-flight lock");
-        for id in task_ids {
-            set.remove(&id);
-        }
-    }
 }
 
 /// A finished run on its way to the status write-back.
@@ -152,6 +117,7 @@ impl App {
         let owner = config.executor_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         let kafka_config = config.kafka.clone();
         let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
+        let in_flight = Arc::new(InFlight::default());
         let consumer: TaskConsumer = kafka::client_config(
             &config.kafka,
             &[
@@ -190,7 +156,10 @@ impl App {
                 ("queued.min.messages", "1000000"),
             ],
         )
-        .create_with_context(ExecutorContext)
+        .create_with_context(ExecutorContext {
+            in_flight: in_flight.clone(),
+            revoke_wait: Duration::from_millis(config.drain_timeout_ms),
+        })
         .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
         let metrics = Metrics::new();
@@ -210,6 +179,7 @@ impl App {
             consumer: Arc::new(consumer),
             caller,
             actions: task::ActionCache::default(),
+            in_flight,
             metrics,
             listener: Some(listener),
             addr,
@@ -228,7 +198,7 @@ impl App {
     pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
         let listener = self.listener.take().expect("run once");
         let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
-        let in_flight = Arc::new(InFlight::default());
+        let in_flight = self.in_flight.clone();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel::<Finished>();
         // Cancelled when the stop's time is up: callbacks still running are dropped, and
         // outcomes not yet written are given up (their messages are delivered again).
@@ -292,6 +262,8 @@ impl App {
         runs.wait().await;
         let written = tasks.wait().await;
         timer.abort();
+        // What is left was abandoned: the revocation at the consumer's close waits for none.
+        in_flight.clear();
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final commit");
         }
@@ -404,7 +376,7 @@ async fn consume(
                 continue;
             };
             app.metrics.in_flight.inc();
-            in_flight.insert(started_task.id);
+            in_flight.insert(started_task.id, position.partition);
             let due_at = message.due_at;
             let caller = app.caller.clone();
             let metrics = app.metrics.clone();
@@ -560,7 +532,6 @@ async fn write_back(
             tracing::warn!(count = outcomes.len(), "outcomes abandoned unwritten at the stop; their tasks run again");
             return;
         }
-        in_flight.remove_all(outcomes.iter().map(|o| o.task_id));
         // One offset stored per partition and batch, the furthest: each store builds a
         // partition list and hands it to librdkafka, and only the last one counts.
         let mut done_through: Vec<(i32, i64)> = Vec::new();
@@ -584,6 +555,7 @@ async fn write_back(
         for (partition, offset) in done_through {
             store_done_through(&consumer, &topic, partition, offset);
         }
+        in_flight.remove_all(outcomes.iter().map(|o| o.task_id));
         for (label, count) in [("succeeded", succeeded), ("retry", retried), ("dead", dead)] {
             if count > 0 {
                 metrics.executed.with_label_values(&[label]).inc_by(count);
