@@ -59,6 +59,8 @@ ensure_tools() {
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v "$JAVA" >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null 2>&1 || missing+=(maven)
+  # The monitoring tests' Prometheus server and promtool.
+  command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
   if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
   local major
   major=$("$JAVA" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')

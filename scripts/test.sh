@@ -35,8 +35,10 @@ cargo test --workspace "$@"
 cargo run -p punctual-bench -- run --smoke --out target/bench-smoke
 WHEEL_BENCH_SIZES=10000 cargo bench -p punctual-wheel -- --test
 
-# The deployment files, offline.
+# The deployment files, offline; the alert rules (promtool, with their unit tests) and the
+# dashboards' structure.
 scripts/check-deploy.sh
+scripts/check-monitoring.sh
 
 # The README's first command, end to end.
 scripts/smoke-up.sh

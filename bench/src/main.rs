@@ -142,7 +142,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    punctual_shared::telemetry::init();
+    punctual_shared::telemetry::init()?;
     match Cli::parse().command {
         Command::Run { smoke, out, rates, servers } => run(smoke, &out, rates, servers).await,
         Command::Sustained { rate, duration, scanners, executors, servers } => {

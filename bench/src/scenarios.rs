@@ -166,7 +166,7 @@ pub async fn steady_load(
         memory,
         row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
         writes,
-        mean_scan_ms: mean_ms(&scanner_metrics, "punctual_scan_seconds"),
+        mean_scan_ms: mean_ms(&scanner_metrics, "punctual_scan_duration_seconds"),
         mean_publish_lag_ms: mean_ms(&scanner_metrics, "punctual_publish_lag_seconds"),
         mean_start_lag_ms: mean_ms(&executor_metrics, "punctual_fire_lag_seconds"),
         top_statements: top_statements(&stack.db.pool, 8).await,

@@ -1,10 +1,11 @@
 //! Kafka plumbing shared by the scanner and the executor.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::Duration;
 
+use prometheus::{IntCounterVec, Opts};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::FutureProducer;
@@ -34,6 +35,37 @@ pub fn client_config(cfg: &KafkaConfig, settings: &[(&str, &str)]) -> ClientConf
     c
 }
 
+/// Errors of this process's Kafka clients, by librdkafka's error code: client-wide errors
+/// (a broker unreachable, all brokers down) and failed sends and receives.
+pub static CLIENT_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new("punctual_kafka_client_errors_total", "Errors of this process's Kafka clients, by kind"),
+        &["kind"],
+    )
+    .expect("valid metric")
+});
+
+/// Counts `e` in [`CLIENT_ERRORS`] under its error code's name (a bounded set).
+pub fn count_error(e: &KafkaError) {
+    let kind = e.rdkafka_error_code().map_or_else(|| "Other".to_owned(), |code| format!("{code:?}"));
+    CLIENT_ERRORS.with_label_values(&[kind.as_str()]).inc();
+}
+
+/// The context of Punctual's producers: counts client-wide errors, and logs them as
+/// librdkafka's default does.
+#[derive(Clone, Copy, Default)]
+pub struct CountingContext;
+
+impl ClientContext for CountingContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        count_error(&error);
+        tracing::error!("librdkafka: {error}: {reason}");
+    }
+}
+
+/// Punctual's producers: they count their errors.
+pub type Producer = FutureProducer<CountingContext>;
+
 /// Whether a failed send means the idempotent producer itself cannot go on, so that a new
 /// one must take its place. Besides librdkafka's own fatal errors: a broker that lost its
 /// state (restarted without durable storage) answers the old producer id with a fencing
@@ -61,16 +93,16 @@ pub type Generation = u64;
 /// [`producer_must_be_replaced`]). Clones share it.
 #[derive(Clone)]
 pub struct ReplaceableProducer {
-    current: Arc<RwLock<(Generation, FutureProducer)>>,
+    current: Arc<RwLock<(Generation, Producer)>>,
     /// Held while a replacement is made, so that the failures of one producer arriving
     /// together make one new producer, not one each.
     replacing: Arc<Mutex<()>>,
-    create: Arc<dyn Fn() -> KafkaResult<FutureProducer> + Send + Sync>,
+    create: Arc<dyn Fn() -> KafkaResult<Producer> + Send + Sync>,
 }
 
 impl ReplaceableProducer {
     /// A producer made by `create`, which also makes its replacements.
-    pub fn new(create: impl Fn() -> KafkaResult<FutureProducer> + Send + Sync + 'static) -> KafkaResult<Self> {
+    pub fn new(create: impl Fn() -> KafkaResult<Producer> + Send + Sync + 'static) -> KafkaResult<Self> {
         let first = create()?;
         Ok(Self {
             current: Arc::new(RwLock::new((1, first))),
@@ -80,13 +112,14 @@ impl ReplaceableProducer {
     }
 
     /// The current producer, with its generation to report its failures with.
-    pub fn get(&self) -> (Generation, FutureProducer) {
+    pub fn get(&self) -> (Generation, Producer) {
         self.current.read().expect("producer lock").clone()
     }
 
     /// Replaces the producer of `generation` if `e` says it cannot go on and it has not
     /// been replaced already. Called from within the tokio runtime.
     pub fn on_error(&self, generation: Generation, e: &KafkaError) {
+        count_error(e);
         if !producer_must_be_replaced(e) {
             return;
         }
@@ -214,7 +247,7 @@ mod tests {
         let counter = made.clone();
         let producer = ReplaceableProducer::new(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            client_config(&cfg, &[]).create()
+            client_config(&cfg, &[]).create_with_context(CountingContext)
         })
         .unwrap();
         let failed = |code| KafkaError::MessageProduction(code);

@@ -1,17 +1,29 @@
-//! The operations endpoints every service serves: `GET /healthz` and `GET /metrics`.
+//! The operations endpoints every service serves: `GET /healthz` (alive), `GET /readyz`
+//! (able to work: see [`Readiness`]) and `GET /metrics`.
 
 use std::net::SocketAddr;
 
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::Router;
+use axum::{Json, Router};
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub fn router(registry: Registry) -> Router {
-    Router::new().route("/healthz", get(|| async { "ok\n" })).route("/metrics", get(move || metrics(registry.clone())))
+use crate::readiness::Readiness;
+
+pub fn router(registry: Registry, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(move || ready(readiness.clone())))
+        .route("/metrics", get(move || metrics(registry.clone())))
+}
+
+async fn ready(readiness: Readiness) -> impl IntoResponse {
+    let report = readiness.report().await;
+    let status = if report.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(report))
 }
 
 async fn metrics(registry: Registry) -> impl IntoResponse {

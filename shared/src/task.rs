@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use crate::bucket::{bucket_of, owned_join, Held, MEMBER};
@@ -432,7 +432,7 @@ pub async fn start(
     owner: &str,
     tasks: &[StartRequest],
     actions: &ActionCache,
-) -> Result<Vec<StartedTask>, sqlx::Error> {
+) -> Result<Started, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.task_id).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
@@ -453,7 +453,11 @@ pub async fn start(
     .bind(&epochs)
     .fetch_all(db)
     .await?;
-    let mut started = Vec::with_capacity(tasks.len());
+    // A message whose task is not at its attempt and epoch any more was delivered before.
+    let mut report = Started {
+        not_started: NotStarted { duplicate: (tasks.len() - rows.len()) as u64, ..NotStarted::default() },
+        tasks: Vec::with_capacity(tasks.len()),
+    };
     let mut marked = Vec::new();
     for row in &rows {
         let candidate = StartCandidate::from_row(row)?;
@@ -475,12 +479,44 @@ pub async fn start(
                 action
             }
         };
-        started.push(candidate.into_started(action));
+        report.tasks.push(candidate.into_started(action));
     }
     if !marked.is_empty() {
-        started.extend(start_marked(db, owner, &marked).await?);
+        let from_marked = start_marked(db, owner, &marked).await?;
+        report.tasks.extend(from_marked.tasks);
+        report.not_started.add(&from_marked.not_started);
     }
-    Ok(started)
+    Ok(report)
+}
+
+/// What [`start`] and [`start_marked`] did with a batch of messages.
+#[derive(Debug, Default)]
+pub struct Started {
+    /// The tasks to run now.
+    pub tasks: Vec<StartedTask>,
+    pub not_started: NotStarted,
+}
+
+/// Messages of a batch whose tasks did not start, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NotStarted {
+    /// Delivered before: finished, running already, or of a superseded attempt or epoch.
+    pub duplicate: u64,
+    /// Cancelled: the timer was paused, deleted or changed since the task was planned.
+    pub cancelled: u64,
+    /// Cancelled by the overlap policy `skip` (or `buffer_one` with one waiting already).
+    pub overlap_skipped: u64,
+    /// Due again shortly, by the overlap policy `buffer_one`.
+    pub overlap_deferred: u64,
+}
+
+impl NotStarted {
+    fn add(&mut self, other: &NotStarted) {
+        self.duplicate += other.duplicate;
+        self.cancelled += other.cancelled;
+        self.overlap_skipped += other.overlap_skipped;
+        self.overlap_deferred += other.overlap_deferred;
+    }
 }
 
 /// A row of [`start`]'s read: the task, its timer's version, and whether it may run
@@ -535,17 +571,17 @@ struct MarkedStart {
 /// and unchanged since the task was planned. The others of the batch that are waiting are
 /// cancelled, or deferred (overlap policy). A redelivered message whose task is running
 /// here changes nothing.
-pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> Result<Vec<StartedTask>, sqlx::Error> {
+pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> Result<Started, sqlx::Error> {
     let ids: Vec<i64> = tasks.iter().map(|t| t.task_id).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     // verdict: 'none' (finished, or running here already); 'run'; 'cancel' (timer not
-    // active or changed; overlap 'skip'; overlap 'buffer_one' with one already waiting);
+    // active or changed); 'skip' (overlap 'skip'; overlap 'buffer_one' with one already waiting);
     // 'defer' (overlap 'buffer_one': back to pending, due again shortly, until the running
     // occurrence ends). The rows are found by key and the status is judged in the verdict,
     // not in `WHERE`, for the reason given at [`start`]; locking a finished row of the
     // batch costs nothing, no one else writes it.
-    let rows = sqlx::query_as::<_, MarkedStart>(&format!(
+    let rows: Vec<PgRow> = sqlx::query(&format!(
         "WITH waiting AS (
             SELECT t.id,
                    CASE
@@ -560,7 +596,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                                        WHERE b.timer_id = t.timer_id AND b.id <> t.id AND b.attempt = 1
                                          AND b.status IN ('pending', 'claimed')
                                          AND b.due_at > b.scheduled_at) THEN 'defer'
-                     ELSE 'cancel'
+                     ELSE 'skip'
                    END AS verdict,
                    CASE WHEN tm.state = 'active' AND tm.version = t.timer_version
                         THEN 'overlap: the previous run was still running'
@@ -573,7 +609,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
          ), cancelled AS (
             UPDATE tasks t SET status = 'cancelled', finished_at = now(), error = w.reason
               FROM waiting w
-             WHERE t.id = w.id AND w.verdict = 'cancel'
+             WHERE t.id = w.id AND w.verdict IN ('cancel', 'skip')
          ), deferred AS (
             UPDATE tasks t SET status = 'pending', due_at = now() + interval '200 milliseconds',
                    claim_owner = NULL, claim_epoch = NULL, lease_until = NULL
@@ -585,8 +621,10 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
              WHERE t.id = w.id AND w.verdict = 'run'
             RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
          )
-         SELECT s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}, {RETRY_COLUMNS}
-           FROM started s JOIN timers tm ON tm.id = s.timer_id"
+         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}, {RETRY_COLUMNS}
+           FROM waiting w
+           LEFT JOIN started s ON s.id = w.id
+           LEFT JOIN timers tm ON tm.id = s.timer_id"
     ))
     .bind(&ids)
     .bind(&attempts)
@@ -594,18 +632,33 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
     .bind(&epochs)
     .fetch_all(db)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| StartedTask {
-            id: row.id,
-            timer_id: row.timer_id,
-            scheduled_at: row.scheduled_at,
-            attempt: row.attempt,
-            started_at: row.started_at,
-            action: Arc::new(row.action),
-            retry: row.retry.into(),
-        })
-        .collect())
+    // Messages whose task is not at their attempt and epoch have no row: delivered before.
+    let mut report = Started {
+        not_started: NotStarted { duplicate: (tasks.len() - rows.len()) as u64, ..NotStarted::default() },
+        tasks: Vec::with_capacity(rows.len()),
+    };
+    for row in &rows {
+        let verdict: &str = row.try_get("verdict")?;
+        match verdict {
+            "run" => {
+                let row = MarkedStart::from_row(row)?;
+                report.tasks.push(StartedTask {
+                    id: row.id,
+                    timer_id: row.timer_id,
+                    scheduled_at: row.scheduled_at,
+                    attempt: row.attempt,
+                    started_at: row.started_at,
+                    action: Arc::new(row.action),
+                    retry: row.retry.into(),
+                });
+            }
+            "cancel" => report.not_started.cancelled += 1,
+            "skip" => report.not_started.overlap_skipped += 1,
+            "defer" => report.not_started.overlap_deferred += 1,
+            _ => report.not_started.duplicate += 1,
+        }
+    }
+    Ok(report)
 }
 
 /// Applies each timer's misfire policy to first attempts still waiting long after they
@@ -615,12 +668,12 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
 /// operation nothing is that late and the statement reads nothing: two index range scans
 /// (pending by due time, claimed by lease expiry) that find no row. Only the tasks of the
 /// buckets `held` still holds are judged.
-pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> Result<u64, sqlx::Error> {
+pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> Result<Misfired, sqlx::Error> {
     if held.is_empty() {
-        return Ok(0);
+        return Ok(Misfired::default());
     }
     let owned = owned_join("ob", "t.bucket");
-    let result = sqlx::query(&format!(
+    let policies: Vec<String> = sqlx::query_scalar(&format!(
         "WITH {MEMBER}, late AS (
             SELECT t.id FROM tasks t {owned}
              WHERE t.status = 'pending' AND t.due_at < now() - $3::interval AND t.attempt = 1
@@ -640,14 +693,37 @@ pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> R
           WHERE t.id = m.id AND t.status IN ('pending', 'claimed')
             AND (m.misfire_policy = 'skip'
                  OR (m.misfire_policy = 'fire_once' AND m.newest > 1)
-                 OR (m.misfire_policy = 'fire_all' AND m.beyond_window))"
+                 OR (m.misfire_policy = 'fire_all' AND m.beyond_window))
+         RETURNING m.misfire_policy"
     ))
     .bind(&held.owner)
     .bind(held.epochs_by_bucket())
     .bind(threshold)
-    .execute(db)
+    .fetch_all(db)
     .await?;
-    Ok(result.rows_affected())
+    let mut misfired = Misfired::default();
+    for policy in policies {
+        match policy.as_str() {
+            "skip" => misfired.skip += 1,
+            "fire_once" => misfired.fire_once += 1,
+            _ => misfired.fire_all += 1,
+        }
+    }
+    Ok(misfired)
+}
+
+/// Occurrences cancelled by [`cancel_misfired`], by misfire policy.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Misfired {
+    pub skip: u64,
+    pub fire_once: u64,
+    pub fire_all: u64,
+}
+
+impl Misfired {
+    pub fn total(&self) -> u64 {
+        self.skip + self.fire_once + self.fire_all
+    }
 }
 
 /// What becomes of a task after an attempt.

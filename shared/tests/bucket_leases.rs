@@ -109,14 +109,16 @@ async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
 
     // Its messages run nothing; the new owner's run once.
     let actions = task::ActionCache::default();
-    assert!(task::start(&db.pool, "exec-1", &stale[1..], &actions).await.unwrap().is_empty(), "stale epoch ran");
-    assert!(task::start_marked(&db.pool, "exec-1", &stale[1..]).await.unwrap().is_empty(), "stale epoch ran");
+    let from_stale = task::start(&db.pool, "exec-1", &stale[1..], &actions).await.unwrap();
+    assert!(from_stale.tasks.is_empty(), "stale epoch ran");
+    assert_eq!(from_stale.not_started.duplicate, stale[1..].len() as u64, "counted as delivered before");
+    assert!(task::start_marked(&db.pool, "exec-1", &stale[1..]).await.unwrap().tasks.is_empty(), "stale epoch ran");
     let current: Vec<StartRequest> = reclaimed
         .iter()
         .filter(|c| c.id != claimed[0].id)
         .map(|c| StartRequest { task_id: c.id, attempt: c.attempt, epoch: c.epoch })
         .collect();
-    assert_eq!(task::start(&db.pool, "exec-1", &current, &actions).await.unwrap().len(), 4);
+    assert_eq!(task::start(&db.pool, "exec-1", &current, &actions).await.unwrap().tasks.len(), 4);
 }
 
 /// Taking a dead member's buckets starts by deleting its row, which waits for (skips) a

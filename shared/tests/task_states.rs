@@ -76,15 +76,16 @@ async fn a_marked_task_starts_once_and_finishes_once() {
     let t = timer(&db).await;
     let ids = claimed_tasks(&db, t, 3).await;
 
-    let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap();
+    let started = task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap().tasks;
     assert_eq!(started.len(), 3);
     assert!(started.iter().all(|s| s.action.http_url.as_deref() == Some("http://127.0.0.1:9/x")));
     assert_eq!(started[0].retry, punctual_shared::retry::RetryPolicy::default());
     // A redelivered message to the same executor starts nothing, and cancels nothing.
-    assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap().is_empty());
+    assert!(task::start_marked(&db.pool, "exec-1", &first_attempts(&db, &ids).await).await.unwrap().tasks.is_empty());
     assert!(task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default())
         .await
         .unwrap()
+        .tasks
         .is_empty());
     assert_eq!(row(&db, ids[0]).await.0, "running");
 
@@ -115,8 +116,10 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     let t = timer(&db).await;
     // Claimed for 30 s; the callback times out after 10 s (the default): no mark needed.
     let ids = claimed_tasks(&db, t, 2).await;
-    let started =
-        task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default()).await.unwrap();
+    let started = task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default())
+        .await
+        .unwrap()
+        .tasks;
     assert_eq!(started.len(), 2);
     assert_eq!(row(&db, ids[0]).await.0, "claimed", "started without a write");
     assert_eq!(task::finish(&db.pool, &[outcome(ids[0], 1, Next::Succeeded)]).await.unwrap(), 1);
@@ -125,6 +128,7 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
     assert!(task::start(&db.pool, "exec-2", &first_attempts(&db, &ids[..1]).await, &task::ActionCache::default())
         .await
         .unwrap()
+        .tasks
         .is_empty());
     // An outcome of another attempt changes nothing.
     assert_eq!(task::finish(&db.pool, &[outcome(ids[1], 2, Next::Succeeded)]).await.unwrap(), 0);
@@ -137,6 +141,7 @@ async fn a_claim_that_outlives_the_callback_starts_without_a_write() {
         task::start(&db.pool, "exec-1", &first_attempts(&db, &slow_ids).await, &task::ActionCache::default())
             .await
             .unwrap()
+            .tasks
             .len(),
         1
     );
@@ -153,7 +158,8 @@ async fn a_timers_action_is_read_once_per_version() {
     let actions = task::ActionCache::default();
     let first = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, t, 2).await).await, &actions)
         .await
-        .unwrap();
+        .unwrap()
+        .tasks;
     assert_eq!(first.len(), 2);
     assert!(std::sync::Arc::ptr_eq(&first[0].action, &first[1].action), "one action for the batch");
     assert_eq!(actions.len(), 1);
@@ -161,7 +167,8 @@ async fn a_timers_action_is_read_once_per_version() {
     sqlx::query("UPDATE timers SET retry_max_attempts = 7 WHERE id = $1").bind(t).execute(&db.pool).await.unwrap();
     let later = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, t, 1).await).await, &actions)
         .await
-        .unwrap();
+        .unwrap()
+        .tasks;
     assert!(std::sync::Arc::ptr_eq(&first[0].action, &later[0].action), "the version's action is not read again");
     assert_eq!(later[0].retry.max_attempts, 7, "the retry policy is read with each start");
 
@@ -173,7 +180,11 @@ async fn a_timers_action_is_read_once_per_version() {
         .await
         .unwrap();
     let stale = claimed_tasks(&db, t, 1).await;
-    assert!(task::start(&db.pool, "exec-1", &first_attempts(&db, &stale).await, &actions).await.unwrap().is_empty());
+    assert!(task::start(&db.pool, "exec-1", &first_attempts(&db, &stale).await, &actions)
+        .await
+        .unwrap()
+        .tasks
+        .is_empty());
     assert_eq!(row(&db, stale[0]).await.0, "cancelled");
     let planned =
         PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(1), timer_version: 2 };
@@ -183,7 +194,7 @@ async fn a_timers_action_is_read_once_per_version() {
             .await
             .unwrap();
     let current =
-        task::start(&db.pool, "exec-1", &first_attempts(&db, &[claimed[0].id]).await, &actions).await.unwrap();
+        task::start(&db.pool, "exec-1", &first_attempts(&db, &[claimed[0].id]).await, &actions).await.unwrap().tasks;
     assert_eq!(current[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/new"));
 
     // A one-shot timer's version never fires again: its action is not kept.
@@ -197,7 +208,8 @@ async fn a_timers_action_is_read_once_per_version() {
     let kept = actions.len();
     let ran = task::start(&db.pool, "exec-1", &first_attempts(&db, &claimed_tasks(&db, once, 1).await).await, &actions)
         .await
-        .unwrap();
+        .unwrap()
+        .tasks;
     assert_eq!(ran[0].action.http_url.as_deref(), Some("http://127.0.0.1:9/once"));
     assert_eq!(actions.len(), kept);
 }
@@ -254,11 +266,13 @@ async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     assert!(task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default())
         .await
         .unwrap()
+        .tasks
         .is_empty());
     assert_eq!(
         task::start(&db.pool, "exec-1", &requests(&db, &[(id, 2)]).await, &task::ActionCache::default())
             .await
             .unwrap()
+            .tasks
             .len(),
         1
     );
@@ -282,12 +296,12 @@ async fn a_task_running_under_a_crashed_executor_runs_again_on_redelivery() {
     let db = TestDb::create().await;
     let t = timer(&db).await;
     let id = claimed_tasks(&db, t, 1).await[0];
-    assert_eq!(task::start_marked(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await).await.unwrap().len(), 1);
+    assert_eq!(task::start_marked(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await).await.unwrap().tasks.len(), 1);
     // exec-1 dies mid-callback; its uncommitted message goes to exec-2.
-    let again = task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap();
+    let again = task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap().tasks;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempt, 1, "the same attempt, with the same identity");
-    assert!(task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap().is_empty());
+    assert!(task::start_marked(&db.pool, "exec-2", &requests(&db, &[(id, 1)]).await).await.unwrap().tasks.is_empty());
 }
 
 #[tokio::test]
@@ -312,8 +326,10 @@ async fn tasks_of_paused_deleted_or_edited_timers_are_cancelled_not_run() {
         sqlx::query_scalar("SELECT version FROM timers WHERE id = $1").bind(edited).fetch_one(&db.pool).await.unwrap();
     assert_eq!(version, 2, "an edit bumps the version");
 
-    let started =
+    let report =
         task::start(&db.pool, "exec-1", &first_attempts(&db, &ids).await, &task::ActionCache::default()).await.unwrap();
+    assert_eq!(report.not_started, task::NotStarted { cancelled: 3, ..Default::default() });
+    let started = report.tasks;
     assert_eq!(started.iter().map(|s| s.timer_id).collect::<Vec<_>>(), vec![kept]);
     for id in &ids[..3] {
         assert_eq!(row(&db, *id).await.0, "cancelled");
@@ -367,10 +383,10 @@ async fn late_tasks_follow_their_timers_misfire_policy() {
     assert_eq!(pending(timers[1]).await, 2, "fire_once: the latest late one, and the one not late");
     // fire_all, window 3595.5 s: of the late ones (3600 s to 3591 s ago), the 5 newest are inside.
     assert_eq!(pending(timers[2]).await, 5 + 1, "fire_all: those within the catch-up window");
-    assert_eq!(cancelled, 10 + 9 + 5);
+    assert_eq!(cancelled, task::Misfired { skip: 10, fire_once: 9, fire_all: 5 });
     assert_eq!(
         task::cancel_misfired(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(60)).await.unwrap(),
-        0
+        task::Misfired::default()
     );
 }
 
@@ -388,18 +404,28 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
             task::start(&db.pool, "exec-1", &requests(&db, &[(ids[0], 1)]).await, &task::ActionCache::default())
                 .await
                 .unwrap()
+                .tasks
                 .len(),
             1
         );
-        let n = task::start(&db.pool, "exec-1", &requests(&db, &[(ids[1], 1)]).await, &task::ActionCache::default())
-            .await
-            .unwrap()
-            .len()
-            + task::start(&db.pool, "exec-1", &requests(&db, &[(ids[2], 1)]).await, &task::ActionCache::default())
+        let second_start =
+            task::start(&db.pool, "exec-1", &requests(&db, &[(ids[1], 1)]).await, &task::ActionCache::default())
                 .await
-                .unwrap()
-                .len();
+                .unwrap();
+        let third_start =
+            task::start(&db.pool, "exec-1", &requests(&db, &[(ids[2], 1)]).await, &task::ActionCache::default())
+                .await
+                .unwrap();
+        let n = second_start.tasks.len() + third_start.tasks.len();
         assert_eq!(n, if policy == "allow" { 2 } else { 0 }, "{policy}: later occurrences started");
+        let (skipped, deferred) = match policy {
+            "allow" => (0, 0),
+            "skip" => (2, 0),
+            _ => (1, 1),
+        };
+        let not_started = [second_start.not_started, third_start.not_started];
+        assert_eq!(not_started.iter().map(|n| n.overlap_skipped).sum::<u64>(), skipped, "{policy}: skipped");
+        assert_eq!(not_started.iter().map(|n| n.overlap_deferred).sum::<u64>(), deferred, "{policy}: deferred");
         assert_eq!(row(&db, ids[1]).await.0, second, "{policy}: the second occurrence");
         assert_eq!(row(&db, ids[2]).await.0, third, "{policy}: the third occurrence");
         if policy == "buffer_one" {
@@ -422,6 +448,7 @@ async fn overlapping_runs_follow_their_timers_overlap_policy() {
                 task::start(&db.pool, "exec-1", &requests(&db, &[(ids[1], 1)]).await, &task::ActionCache::default())
                     .await
                     .unwrap()
+                    .tasks
                     .len(),
                 1
             );
@@ -493,7 +520,7 @@ async fn a_batch_starts_and_finishes_without_reading_tables_over_and_over() {
         .take(500)
         .map(|&(task_id, attempt, epoch)| task::StartRequest { task_id, attempt, epoch })
         .collect();
-    let started = task::start(&one, "exec-1", &batch, &task::ActionCache::default()).await.unwrap();
+    let started = task::start(&one, "exec-1", &batch, &task::ActionCache::default()).await.unwrap().tasks;
     assert_eq!(started.len(), 500);
     let outcomes: Vec<Outcome> =
         started.iter().map(|s| Outcome { started_at: s.started_at, ..outcome(s.id, 1, Next::Succeeded) }).collect();

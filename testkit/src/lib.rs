@@ -10,6 +10,7 @@
 pub mod extreme_values;
 pub mod load;
 pub mod process;
+pub mod prometheus;
 pub mod servers;
 pub mod sink;
 pub mod stack;

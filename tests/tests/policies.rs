@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
-use punctual_testkit::stack::dump_logs;
+use punctual_testkit::stack::{dump_logs, metric_value};
 use punctual_testkit::{Behaviour, Call, Sink, Stack};
 use serde_json::json;
 
@@ -63,6 +63,14 @@ async fn misfire_policies_after_the_scanner_was_down() {
     assert!(skip <= 2, "skip: only those within the threshold: {skip}");
     assert!((1..=2).contains(&once), "fire_once: one for the missed, and those within the threshold: {once}");
     assert_eq!(all, 5, "fire_all fires each missed occurrence");
+    // The cancelled ones are counted by policy (the restarted scanner's counters).
+    let scanner_metrics = stack.metrics(&stack.scanner).await;
+    let misfired = |policy: &str| {
+        metric_value(&scanner_metrics, &format!("punctual_tasks_misfired_total{{policy=\"{policy}\"}}")).unwrap_or(-1.0)
+    };
+    assert!(misfired("skip") >= 3.0, "skip's missed occurrences counted: {}", misfired("skip"));
+    assert!(misfired("fire_once") >= 2.0, "fire_once's counted: {}", misfired("fire_once"));
+    assert_eq!(misfired("fire_all"), 0.0, "fire_all cancels none within its window");
     // And every policy keeps firing afterwards, each occurrence once.
     for path in ["/skip", "/fire_once", "/fire_all"] {
         let times = scheduled(&sink.calls_to(path));
@@ -112,4 +120,12 @@ async fn overlap_policies_with_callbacks_slower_than_the_schedule() {
         not_run.iter().all(|(s, e)| s == "cancelled" && e.as_deref().unwrap_or("").starts_with("overlap")),
         "{not_run:?}"
     );
+    // The executor counted each occurrence not run by its reason.
+    let executor_metrics = stack.metrics(&stack.executor).await;
+    let skipped = |reason: &str| {
+        metric_value(&executor_metrics, &format!("punctual_tasks_skipped_total{{reason=\"{reason}\"}}")).unwrap_or(-1.0)
+    };
+    assert_eq!(skipped("overlap_skipped") as usize, not_run.len(), "{executor_metrics}");
+    assert!(skipped("overlap_deferred") >= 1.0, "buffer_one deferred at least one: {}", skipped("overlap_deferred"));
+    assert_eq!(skipped("cancelled"), 0.0);
 }

@@ -12,4 +12,8 @@ pub struct AdminConfig {
     /// Address of the REST API (and of its health and metrics endpoints).
     #[arg(long, env = "PUNCTUAL_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
+    /// Whether `punctual_timers` is labelled by namespace too: one series per namespace and
+    /// state, so only where the namespaces are few.
+    #[arg(long, env = "PUNCTUAL_METRICS_NAMESPACE_LABEL", default_value_t = false, action = clap::ArgAction::Set)]
+    pub metrics_namespace_label: bool,
 }

@@ -3,12 +3,16 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod http_metrics;
 pub mod metrics;
+pub mod timer_stats;
 
 use std::net::SocketAddr;
 
 use anyhow::Context;
+use punctual_shared::readiness::Readiness;
 use punctual_shared::{db, ops};
+use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +20,9 @@ pub use config::AdminConfig;
 
 pub struct App {
     router: axum::Router,
+    pool: PgPool,
+    metrics: metrics::Metrics,
+    metrics_by_namespace: bool,
     listener: TcpListener,
     addr: SocketAddr,
 }
@@ -24,11 +31,15 @@ impl App {
     pub async fn build(config: AdminConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(&config.database)?;
         db::migrate(&pool).await.context("running migrations")?;
-        let metrics = metrics::Metrics::new();
-        let router = api::router(api::AppState { pool, metrics: metrics.clone() }).merge(ops::router(metrics.registry));
+        let metrics = metrics::Metrics::new(config.metrics_namespace_label);
+        punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
+        let readiness = Readiness::default().postgres(&pool);
+        let router = api::router(api::AppState { pool: pool.clone(), metrics: metrics.clone() })
+            .merge(ops::router(metrics.registry.clone(), readiness))
+            .layer(axum::middleware::from_fn_with_state(metrics.clone(), http_metrics::record));
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%addr, "admin API ready");
-        Ok(Self { router, listener, addr })
+        Ok(Self { router, pool, metrics, metrics_by_namespace: config.metrics_namespace_label, listener, addr })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -36,6 +47,10 @@ impl App {
     }
 
     pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
-        ops::serve(self.listener, self.router, token).await.context("serving the API")
+        let stats = tokio::spawn(timer_stats::run(self.pool, self.metrics, self.metrics_by_namespace, token.clone()));
+        let served = ops::serve(self.listener, self.router, token.clone()).await.context("serving the API");
+        token.cancel();
+        stats.await.context("counting timers")?;
+        served
     }
 }

@@ -15,7 +15,8 @@ struct Api {
 
 async fn spawn_api() -> Api {
     let db = TestDb::create().await;
-    let config = AdminConfig { database: db.config(), addr: "127.0.0.1:0".parse().unwrap() };
+    let config =
+        AdminConfig { database: db.config(), addr: "127.0.0.1:0".parse().unwrap(), metrics_namespace_label: false };
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
     let token = CancellationToken::new();

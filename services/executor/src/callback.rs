@@ -401,6 +401,12 @@ async fn request(
     let identity = task.identity();
     headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
+    // A timer's own traceparent header, if it sets one, is kept.
+    if !headers.contains_key("traceparent") {
+        let span_id = crate::trace_context::new_span_id();
+        let traceparent = crate::trace_context::traceparent(task.timer_id, task.scheduled_at, span_id);
+        headers.insert("traceparent", HeaderValue::from_str(&traceparent).expect("hex digits and dashes"));
+    }
     let body = match &task.action.http_body {
         None | Some(Value::Null) => Bytes::new(),
         Some(Value::String(text)) => Bytes::from(text.clone()),
@@ -655,6 +661,9 @@ mod tests {
         assert_eq!(received.headers["content-type"], "application/json");
         assert_eq!(received.headers["x-punctual-attempt"], "1");
         assert!(received.headers["user-agent"].to_str().unwrap().starts_with("punctual/"));
+        let trace_id = format!("{:032x}", crate::trace_context::trace_id(task.timer_id, task.scheduled_at));
+        let traceparent = received.headers["traceparent"].to_str().unwrap();
+        assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent}");
         assert_eq!(received.idempotency_key.as_deref(), Some(task.identity().as_str()));
         assert_eq!(serde_json::from_slice::<Value>(&received.body).unwrap(), serde_json::json!({"k": 1}));
     }

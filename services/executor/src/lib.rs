@@ -18,6 +18,7 @@ pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
 pub mod rebalance;
+pub mod trace_context;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,11 +28,12 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
+use punctual_shared::readiness::Readiness;
 use punctual_shared::supervisor::Supervisor;
 use punctual_shared::task::{self, DeadLetter, Next, Outcome, StartRequest, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Message;
 use sqlx::PgPool;
@@ -39,6 +41,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use config::ExecutorConfig;
 use in_flight::InFlight;
@@ -69,7 +72,7 @@ pub struct App {
 /// The executor's idempotent producer, for dead letters and Kafka actions.
 pub type Producer = kafka::ReplaceableProducer;
 
-fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
+fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<kafka::Producer> {
     kafka::client_config(
         kafka,
         &[
@@ -81,7 +84,7 @@ fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::err
             ("message.timeout.ms", "30000"),
         ],
     )
-    .create()
+    .create_with_context(kafka::CountingContext)
 }
 
 type TaskConsumer = StreamConsumer<ExecutorContext>;
@@ -118,6 +121,8 @@ impl App {
         let kafka_config = config.kafka.clone();
         let producer = Producer::new(move || create_producer(&kafka_config)).context("creating the producer")?;
         let in_flight = Arc::new(InFlight::default());
+        let metrics = Metrics::new();
+        punctual_shared::service_metrics::register(&metrics.registry, "executor", &pool);
         let consumer: TaskConsumer = kafka::client_config(
             &config.kafka,
             &[
@@ -154,15 +159,19 @@ impl App {
                 // partition ran 20 s behind the others, so the lag's p99 was twice the backlog
                 // and late starts cost a write each (docs/BENCHMARKS.md, item 13).
                 ("queued.min.messages", "1000000"),
+                // For punctual_consumer_lag.
+                ("statistics.interval.ms", "5000"),
             ],
         )
         .create_with_context(ExecutorContext {
             in_flight: in_flight.clone(),
             revoke_wait: Duration::from_millis(config.drain_timeout_ms),
+            topic: config.kafka.tasks_topic.clone(),
+            consumer_lag: metrics.consumer_lag.clone(),
+            offset_commits: metrics.offset_commits.clone(),
         })
         .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
-        let metrics = Metrics::new();
         let caller = Arc::new(
             callback::Caller::new(
                 callback::CallLimits { min: config.min_calls_per_target, max: config.max_calls_per_target },
@@ -195,6 +204,26 @@ impl App {
         &self.owner
     }
 
+    /// Ready when Postgres answers at this build's schema and the broker answers with the
+    /// tasks topic's metadata.
+    fn readiness(&self) -> Readiness {
+        let consumer = self.consumer.clone();
+        let topic = self.config.kafka.tasks_topic.clone();
+        Readiness::default().postgres(&self.pool).check("kafka", move || {
+            let consumer = consumer.clone();
+            let topic = topic.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    consumer.fetch_metadata(Some(&topic), punctual_shared::readiness::CHECK_TIMEOUT)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map(drop)
+                .map_err(|e| e.to_string())
+            }
+        })
+    }
+
     pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
         let listener = self.listener.take().expect("run once");
         let offsets = Arc::new(Mutex::new(OffsetTracker::new()));
@@ -204,7 +233,8 @@ impl App {
         // outcomes not yet written are given up (their messages are delivered again).
         let abandon = CancellationToken::new();
         let ops_token = CancellationToken::new();
-        let ops = tokio::spawn(ops::serve(listener, ops::router(self.metrics.registry.clone()), ops_token.clone()));
+        let router = ops::router(self.metrics.registry.clone(), self.readiness());
+        let ops = tokio::spawn(ops::serve(listener, router, ops_token.clone()));
         // A panic in the write-back stops the executor (it exits with an error) rather than
         // leaving it taking messages whose outcomes are never written.
         let tasks = Supervisor::new(token.clone());
@@ -326,6 +356,7 @@ async fn consume(
                     );
                 }
                 Err(e) => {
+                    kafka::count_error(&e);
                     tracing::warn!(error = %e, "Kafka consumer error");
                     continue;
                 }
@@ -334,7 +365,7 @@ async fn consume(
             offsets.lock().expect("offsets lock").received(position.partition, position.offset);
             match message.payload().map(serde_json::from_slice::<TaskMessage>) {
                 Some(Ok(task)) if in_flight.contains(task.task_id) => {
-                    app.metrics.skipped.inc();
+                    app.metrics.skipped.with_label_values(&["in_flight"]).inc();
                     store(app, offsets, position);
                 }
                 Some(Ok(task)) => messages.push((task, position, slot)),
@@ -368,16 +399,28 @@ async fn consume(
                 }
             }
         };
-        let mut started: HashMap<i64, task::StartedTask> = started.into_iter().map(|s| (s.id, s)).collect();
+        let not_started = started.not_started;
+        for (reason, count) in [
+            ("duplicate", not_started.duplicate),
+            ("cancelled", not_started.cancelled),
+            ("overlap_skipped", not_started.overlap_skipped),
+            ("overlap_deferred", not_started.overlap_deferred),
+        ] {
+            if count > 0 {
+                app.metrics.skipped.with_label_values(&[reason]).inc_by(count);
+            }
+        }
+        let mut started: HashMap<i64, task::StartedTask> = started.tasks.into_iter().map(|s| (s.id, s)).collect();
         for (message, position, slot) in messages {
             let Some(started_task) = started.remove(&message.task_id) else {
-                app.metrics.skipped.inc();
                 store(app, offsets, position);
                 continue;
             };
             app.metrics.in_flight.inc();
             in_flight.insert(started_task.id, position.partition);
             let due_at = message.due_at;
+            let (started_task_id, timer_id, scheduled_at, attempt) =
+                (started_task.id, started_task.timer_id, started_task.scheduled_at, started_task.attempt);
             let caller = app.caller.clone();
             let metrics = app.metrics.clone();
             let finished_tx = finished_tx.clone();
@@ -399,7 +442,8 @@ async fn consume(
                     "kafka" => kafka_action::publish(&producer, &started_task).await,
                     _ => callback::call(&caller, &started_task).await,
                 };
-                metrics.callback_duration.observe(attempt.duration.as_secs_f64());
+                let outcome_label = if attempt.error.is_none() { "success" } else { "failure" };
+                metrics.callback_duration.with_label_values(&[outcome_label]).observe(attempt.duration.as_secs_f64());
                 let jitter = rand::random::<f64>() * 2.0 - 1.0;
                 let outcome = attempt.into_outcome(&started_task, jitter);
                 let dead_letter = (outcome.next == Next::Dead).then(|| DeadLetter {
@@ -411,15 +455,28 @@ async fn consume(
                     http_status: outcome.http_status,
                     last_error: outcome.error.clone(),
                 });
+                tracing::debug!(next = ?outcome.next, http_status = outcome.http_status, error = outcome.error.as_deref(), "ran");
                 metrics.in_flight.dec();
                 let _ = finished_tx.send(Finished { outcome, dead_letter, position, _permit: slot });
             };
-            runs.spawn(async move {
-                tokio::select! {
-                    _ = run => {}
-                    _ = abandon.cancelled() => metrics_if_abandoned.in_flight.dec(),
+            // Every event of the run carries the occurrence (a debug span: free unless
+            // RUST_LOG enables it, e.g. punctual_executor=debug).
+            let span = tracing::debug_span!(
+                "run",
+                task_id = started_task_id,
+                timer_id = %timer_id,
+                scheduled_at = %scheduled_at,
+                attempt,
+            );
+            runs.spawn(
+                async move {
+                    tokio::select! {
+                        _ = run => {}
+                        _ = abandon.cancelled() => metrics_if_abandoned.in_flight.dec(),
+                    }
                 }
-            });
+                .instrument(span),
+            );
         }
     }
 }
@@ -514,6 +571,8 @@ async fn write_back(
         let letters: Vec<&DeadLetter> = batch.iter().filter_map(|f| f.dead_letter.as_ref()).collect();
         // Keep trying until the stop's time is up: the offsets wait for the write, so a
         // crash or an abandoned write means a redelivery, never a lost outcome.
+        metrics.writeback_batch_size.observe(outcomes.len() as f64);
+        let writing = metrics.writeback_duration.start_timer();
         let written = abandon.run_until_cancelled(async {
             let mut delay = Duration::from_millis(100);
             while let Err(e) = dead_letters.publish(&letters).await {
@@ -528,7 +587,9 @@ async fn write_back(
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
         });
-        if written.await.is_none() {
+        let written = written.await;
+        writing.observe_duration();
+        if written.is_none() {
             tracing::warn!(count = outcomes.len(), "outcomes abandoned unwritten at the stop; their tasks run again");
             return;
         }

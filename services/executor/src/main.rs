@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    punctual_shared::telemetry::init();
+    punctual_shared::telemetry::init()?;
     let config = ExecutorConfig::parse();
     let app = App::build(config).await?;
     let token = CancellationToken::new();

@@ -3,8 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::{IntCounterVec, IntGaugeVec};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
 
 use crate::in_flight::InFlight;
@@ -13,12 +17,35 @@ use crate::in_flight::InFlight;
 /// outcomes be written (at most `revoke_wait`), and commits the offsets stored so far, so
 /// their new owner starts after them and repeats no call that had finished. Logs
 /// assignments, so a group that does not settle can be seen.
+/// Also counts the client's errors, offset commits, and each partition's lag.
 pub struct ExecutorContext {
     pub in_flight: Arc<InFlight>,
     pub revoke_wait: Duration,
+    /// The tasks topic, whose partitions' lag is reported.
+    pub topic: String,
+    pub consumer_lag: IntGaugeVec,
+    pub offset_commits: IntCounterVec,
 }
 
-impl ClientContext for ExecutorContext {}
+impl ClientContext for ExecutorContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        punctual_shared::kafka::count_error(&error);
+        tracing::error!("librdkafka: {error}: {reason}");
+    }
+
+    /// The lag of the partitions this consumer fetches; those it no longer holds drop out.
+    fn stats(&self, statistics: Statistics) {
+        self.consumer_lag.reset();
+        let Some(topic) = statistics.topics.get(&self.topic) else {
+            return;
+        };
+        for (partition, p) in &topic.partitions {
+            if *partition >= 0 && p.fetch_state == "active" && p.consumer_lag >= 0 {
+                self.consumer_lag.with_label_values(&[partition.to_string().as_str()]).set(p.consumer_lag);
+            }
+        }
+    }
+}
 
 fn partitions(tpl: &TopicPartitionList) -> Vec<i32> {
     tpl.elements().iter().map(|e| e.partition()).collect()
@@ -45,6 +72,18 @@ impl ConsumerContext for ExecutorContext {
         }
         if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "commit before the revocation");
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => self.offset_commits.with_label_values(&["ok"]).inc(),
+            // Nothing to commit since the last commit: not a failure.
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => {
+                self.offset_commits.with_label_values(&["error"]).inc();
+                tracing::debug!(error = %e, "offset commit failed");
+            }
         }
     }
 

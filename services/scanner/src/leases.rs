@@ -66,6 +66,17 @@ impl Ownership {
         held && self.valid()
     }
 
+    /// Whether `bucket` is held now, at whatever epoch.
+    pub fn holds_bucket(&self, bucket: i16) -> bool {
+        let held = self.epochs.get(bucket as usize).is_some_and(|e| e.load(Ordering::Acquire) != NOT_HELD);
+        held && self.valid()
+    }
+
+    /// Whether this scanner's membership is live, by its own clock.
+    pub fn is_member(&self) -> bool {
+        self.valid()
+    }
+
     /// The buckets held at their epochs, and a guard to hold while writing for them.
     pub async fn for_writing(&self) -> (RwLockReadGuard<'_, ()>, Held) {
         let guard = self.writes.read().await;

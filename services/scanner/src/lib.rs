@@ -17,6 +17,7 @@
 //! * retention ([`retention::Retention`]): while this scanner holds bucket 0, deletes old
 //!   finished occurrences.
 
+pub mod cluster_stats;
 pub mod config;
 pub mod leases;
 pub mod metrics;
@@ -33,6 +34,7 @@ use chrono::Utc;
 use punctual_shared::bucket::Held;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::ReplaceableProducer;
+use punctual_shared::readiness::Readiness;
 use punctual_shared::supervisor::Supervisor;
 use punctual_shared::task::{self, ClaimedTask};
 use punctual_shared::{db, kafka, ops};
@@ -73,7 +75,9 @@ impl App {
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         let owner = config.scanner_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
-        Ok(Self { config, owner, pool, producer, partitions, metrics: Metrics::new(), listener, addr })
+        let metrics = Metrics::new();
+        punctual_shared::service_metrics::register(&metrics.registry, "scanner", &pool);
+        Ok(Self { config, owner, pool, producer, partitions, metrics, listener, addr })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -120,6 +124,10 @@ impl App {
                 .run(token.clone()),
             );
         }
+        tasks.spawn(
+            "cluster figures",
+            cluster_stats::run(self.pool.clone(), ownership.clone(), self.metrics.cluster.clone(), token.clone()),
+        );
         tasks.spawn("listener", listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
         tasks.spawn(
             "scan loop",
@@ -140,11 +148,11 @@ impl App {
             "wheel driver",
             publisher::drive_wheel(
                 publisher::Publisher {
-                    producer: self.producer,
+                    producer: self.producer.clone(),
                     topic_missing,
                     topic: self.config.kafka.tasks_topic.clone(),
                     partitions: self.partitions,
-                    ownership,
+                    ownership: ownership.clone(),
                     lead: chrono::Duration::milliseconds(self.config.publish_lead_ms as i64),
                     metrics: self.metrics.clone(),
                 },
@@ -153,11 +161,46 @@ impl App {
             ),
         );
 
-        let served = ops::serve(self.listener, ops::router(self.metrics.registry.clone()), token.clone()).await;
+        let readiness = readiness(&self.pool, &self.producer, &self.config.kafka.tasks_topic, ownership.clone());
+        let served =
+            ops::serve(self.listener, ops::router(self.metrics.registry.clone(), readiness), token.clone()).await;
         token.cancel();
         tasks.wait().await?;
         served.context("serving ops endpoints")
     }
+}
+
+/// Ready when Postgres answers at this build's schema, the broker answers with the tasks
+/// topic's metadata, and this scanner's membership lease is live.
+fn readiness(pool: &PgPool, producer: &ReplaceableProducer, topic: &str, ownership: Arc<Ownership>) -> Readiness {
+    let producer = producer.clone();
+    let topic = topic.to_owned();
+    Readiness::default()
+        .postgres(pool)
+        .check("kafka", move || {
+            let (_, producer) = producer.get();
+            let topic = topic.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    rdkafka::producer::Producer::client(&producer)
+                        .fetch_metadata(Some(&topic), punctual_shared::readiness::CHECK_TIMEOUT)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map(drop)
+                .map_err(|e| e.to_string())
+            }
+        })
+        .check("bucket lease", move || {
+            let live = ownership.is_member();
+            async move {
+                if live {
+                    Ok(())
+                } else {
+                    Err("this scanner's membership lease is not live".to_owned())
+                }
+            }
+        })
 }
 
 /// Wakes the scan loop when a timer needs planning. A lost connection is re-made by
@@ -324,9 +367,13 @@ async fn scan_once(
     let misfired =
         task::cancel_misfired(pool, &held, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
     drop(writing);
-    if misfired > 0 {
-        metrics.misfired.inc_by(misfired);
-        tracing::info!(count = misfired, "occurrences cancelled by their timers' misfire policies");
+    if misfired.total() > 0 {
+        for (policy, count) in
+            [("skip", misfired.skip), ("fire_once", misfired.fire_once), ("fire_all", misfired.fire_all)]
+        {
+            metrics.misfired.with_label_values(&[policy]).inc_by(count);
+        }
+        tracing::info!(count = misfired.total(), "occurrences cancelled by their timers' misfire policies");
     }
     loop {
         if metrics.held.get() as usize >= config.max_held {

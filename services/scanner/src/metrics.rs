@@ -1,6 +1,6 @@
 //! The scanner's metrics, defined in one place.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -12,7 +12,8 @@ pub struct Metrics {
     pub publish_errors: IntCounter,
     pub fenced: IntCounter,
     pub scan_errors: IntCounter,
-    pub misfired: IntCounter,
+    /// By misfire policy: skip, fire_once, fire_all.
+    pub misfired: IntCounterVec,
     pub reclaimed: IntCounter,
     pub held: IntGauge,
     pub buckets_held: IntGauge,
@@ -22,6 +23,18 @@ pub struct Metrics {
     pub pruned: IntCounter,
     pub publish_lag: Histogram,
     pub scan_seconds: Histogram,
+    /// The cluster's figures, from the scanner holding bucket 0 (the others report 0):
+    /// see [`crate::cluster_stats`].
+    pub cluster: ClusterGauges,
+}
+
+#[derive(Clone)]
+pub struct ClusterGauges {
+    pub due_backlog: IntGauge,
+    pub due_oldest_seconds: Gauge,
+    pub planner_lead_seconds: Gauge,
+    pub buckets_unowned: IntGauge,
+    pub scanners_live: IntGauge,
 }
 
 impl Metrics {
@@ -56,14 +69,44 @@ impl Metrics {
             "punctual_tasks_reclaimed_total",
             "Tasks claimed again after their lease expired without them starting (scanner died or froze, message lost)",
         );
-        let misfired =
-            counter("punctual_tasks_misfired_total", "Late occurrences cancelled by their timers' misfire policies");
-        let held =
-            IntGauge::new("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel").expect("valid metric");
-        registry.register(Box::new(held.clone())).expect("unique metric");
-        let buckets_held =
-            IntGauge::new("punctual_buckets_held", "Buckets this scanner holds (of 1,024)").expect("valid metric");
-        registry.register(Box::new(buckets_held.clone())).expect("unique metric");
+        let misfired = IntCounterVec::new(
+            Opts::new("punctual_tasks_misfired_total", "Late occurrences cancelled by their timers' misfire policies"),
+            &["policy"],
+        )
+        .expect("valid metric");
+        for policy in ["skip", "fire_once", "fire_all"] {
+            misfired.with_label_values(&[policy]);
+        }
+        registry.register(Box::new(misfired.clone())).expect("unique metric");
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let seconds = |name: &str, help: &str| {
+            let g = Gauge::new(name, help).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let cluster = ClusterGauges {
+            due_backlog: gauge(
+                "punctual_tasks_due_backlog",
+                "Occurrences due over a second ago and not yet claimed for publishing (from the scanner holding bucket 0)",
+            ),
+            due_oldest_seconds: seconds(
+                "punctual_tasks_due_oldest_seconds",
+                "How long the oldest occurrence counted in punctual_tasks_due_backlog has been due",
+            ),
+            planner_lead_seconds: seconds(
+                "punctual_planner_lead_seconds",
+                "How far ahead the plans of active timers reach: the earliest time one must be planned again, \
+                 minus now (negative: the planner is behind)",
+            ),
+            buckets_unowned: gauge("punctual_buckets_unowned", "Buckets whose owner is not a live scanner"),
+            scanners_live: gauge("punctual_scanners_live", "Scanners whose membership lease is live"),
+        };
+        let held = gauge("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel");
+        let buckets_held = gauge("punctual_buckets_held", "Buckets this scanner holds (of 1,024)");
         let publish_lag = Histogram::with_opts(
             HistogramOpts::new(
                 "punctual_publish_lag_seconds",
@@ -74,7 +117,7 @@ impl Metrics {
         .expect("valid metric");
         registry.register(Box::new(publish_lag.clone())).expect("unique metric");
         let scan_seconds = Histogram::with_opts(
-            HistogramOpts::new("punctual_scan_seconds", "Duration of one scanner pass: plan, sweeps, claim")
+            HistogramOpts::new("punctual_scan_duration_seconds", "Duration of one scanner pass: plan, sweeps, claim")
                 .buckets(punctual_shared::ops::lag_buckets()),
         )
         .expect("valid metric");
@@ -98,6 +141,7 @@ impl Metrics {
             pruned,
             publish_lag,
             scan_seconds,
+            cluster,
         }
     }
 }

@@ -10,7 +10,7 @@ use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
-pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::KafkaError> {
     kafka::client_config(
         cfg,
         &[
@@ -43,7 +43,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<FutureProducer, rdkafka::error::Kaf
             ("message.timeout.ms", "30000"),
         ],
     )
-    .create()
+    .create_with_context(kafka::CountingContext)
 }
 
 pub struct Publisher {
@@ -106,7 +106,10 @@ impl Publisher {
                     // Left claimed: when the lease expires the task is claimed and sent again.
                     self.failure_note(generation).note(&e);
                     self.metrics.publish_errors.inc();
-                    tracing::warn!(task_id = t.id, error = %e, "publish failed; the task will be re-claimed");
+                    tracing::warn!(
+                        task_id = t.id, timer_id = %t.timer_id, scheduled_at = %t.scheduled_at, attempt = t.attempt,
+                        error = %e, "publish failed; the task will be re-claimed"
+                    );
                 }
             }
         }

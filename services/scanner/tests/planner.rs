@@ -274,7 +274,7 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
     let ids: Vec<task::StartRequest> =
         c.iter().map(|t| task::StartRequest { task_id: t.id, attempt: t.attempt, epoch: t.epoch }).collect();
     let started = task::start_marked(&db.pool, "exec", &ids).await.unwrap();
-    assert_eq!(started.len(), 200);
+    assert_eq!(started.tasks.len(), 200);
     tokio::time::sleep(Duration::from_millis(100)).await;
     sqlx::query("UPDATE tasks SET lease_until = now() - interval '1 second'").execute(&db.pool).await.unwrap();
     assert!(task::claim(&db.pool, &held, lookahead, Duration::from_secs(30), 1000).await.unwrap().is_empty());

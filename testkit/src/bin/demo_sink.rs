@@ -16,7 +16,7 @@ struct Config {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    punctual_shared::telemetry::init();
+    punctual_shared::telemetry::init()?;
     let config = Config::parse();
     let sink = punctual_testkit::Sink::start_on(config.addr).await;
     tracing::info!(addr = %sink.addr, "demo sink listening");
