@@ -35,6 +35,8 @@ export PUNCTUAL_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/punctual"
 export PUNCTUAL_KAFKA_BROKERS="127.0.0.1:$BROKER_PORT"
 export PUNCTUAL_ADMIN_ADDR=$ADMIN_ADDR PUNCTUAL_SCANNER_ADDR=$SCANNER_ADDR PUNCTUAL_EXECUTOR_ADDR=$EXECUTOR_ADDR
 export PUNCTUAL_DEMO_SINK_ADDR=$SINK_ADDR
+# The demo sink listens on loopback, which callbacks may reach only when allowed.
+export PUNCTUAL_CALLBACK_ALLOW=${PUNCTUAL_CALLBACK_ALLOW:-127.0.0.0/8,::1,localhost}
 
 start() { # name binary health-address
   local name=$1 bin=$2 addr=$3

@@ -9,6 +9,7 @@
 mod baselines;
 mod env;
 mod measure;
+mod panels;
 mod report;
 mod scenarios;
 mod sink;
@@ -117,6 +118,18 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// A scripted run watched by Prometheus; draws the Overview dashboard's panels into --out.
+    Panels {
+        #[arg(long, default_value = "docs/img")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 150)]
+        duration: u32,
+        /// One-shot timers falling due within 15 s a third of the way through.
+        #[arg(long, default_value_t = 200_000)]
+        spike: i64,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw produce and consume throughput of the broker with Punctual's client settings.
     BrokerBaseline {
         #[arg(long, default_value_t = 1_000_000)]
@@ -162,6 +175,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::History { rows, servers } => {
             baselines::history(&servers.start().database_server, rows).await.map(drop)
+        }
+        Command::Panels { out, duration, spike, servers } => {
+            panels::panels(&servers.start(), &out, duration, spike).await
         }
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)

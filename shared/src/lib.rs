@@ -14,6 +14,7 @@ pub mod retry;
 pub mod schedule;
 pub mod service_metrics;
 pub mod supervisor;
+pub mod target_guard;
 pub mod task;
 pub mod telemetry;
 pub mod timer;

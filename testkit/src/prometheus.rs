@@ -21,6 +21,14 @@ pub struct Job {
     pub targets: Vec<String>,
 }
 
+/// The scrape jobs of a stack's three services, named as deploy/prometheus names them.
+pub fn stack_jobs(stack: &crate::Stack) -> Vec<Job> {
+    [("punctual-admin", &stack.admin), ("punctual-scanner", &stack.scanner), ("punctual-executor", &stack.executor)]
+        .into_iter()
+        .map(|(name, p)| Job { name: name.to_owned(), targets: vec![format!("127.0.0.1:{}", p.port)] })
+        .collect()
+}
+
 pub struct Prometheus {
     pub url: String,
     pub dir: PathBuf,
@@ -76,6 +84,23 @@ impl Prometheus {
     /// The result of an instant query (`data.result`); panics on an error answer.
     pub async fn query(&self, expr: &str) -> Vec<Value> {
         let answer = self.get("/api/v1/query", &[("query", expr)]).await;
+        assert_eq!(answer["status"], "success", "query {expr}: {answer}");
+        answer["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The result of a range query (`data.result`: series with their `values`).
+    pub async fn query_range(
+        &self,
+        expr: &str,
+        start: chrono::DateTime<chrono::Utc>,
+        end: chrono::DateTime<chrono::Utc>,
+        step: Duration,
+    ) -> Vec<Value> {
+        let (start, end, step) =
+            (start.timestamp().to_string(), end.timestamp().to_string(), format!("{}s", step.as_secs().max(1)));
+        let answer = self
+            .get("/api/v1/query_range", &[("query", expr), ("start", &start), ("end", &end), ("step", &step)])
+            .await;
         assert_eq!(answer["status"], "success", "query {expr}: {answer}");
         answer["data"]["result"].as_array().cloned().unwrap_or_default()
     }

@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use crate::{kafka_brokers, unique_name, ServiceProcess, TestDb};
 
+/// `PUNCTUAL_CALLBACK_ALLOW` for callback targets on this machine.
+pub const LOOPBACK: &str = "127.0.0.0/8,::1,localhost";
+
 /// Partitions of the tasks topic of every stack started here.
 pub const TASKS_PARTITIONS: i32 = 4;
 
@@ -44,6 +47,8 @@ impl Stack {
             ("PUNCTUAL_DEAD_TOPIC", dead_topic.clone()),
             ("PUNCTUAL_TASKS_PARTITIONS", TASKS_PARTITIONS.to_string()),
             ("PUNCTUAL_EXECUTOR_GROUP", unique_name("executors")),
+            // The tests' callback targets listen on loopback, which the guard refuses unless allowed.
+            ("PUNCTUAL_CALLBACK_ALLOW", LOOPBACK.to_owned()),
         ];
         env.extend(extra.iter().cloned());
         let tag = unique_name("");

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use punctual_testkit::load::Load;
-use punctual_testkit::prometheus::{promtool_check_metrics, repo_root, Job, Prometheus};
+use punctual_testkit::prometheus::{promtool_check_metrics, repo_root, stack_jobs, Prometheus};
 use punctual_testkit::servers::PgServer;
 use punctual_testkit::{kafka_brokers, Behaviour, Sink, Stack};
 use serde_json::{json, Value};
@@ -40,12 +40,7 @@ async fn every_dashboard_panel_query_returns_data_from_the_services() {
     let sink = Sink::start().await;
     sink.behave("/fails", Behaviour::fail_first(10_000, 500));
     let stack = Stack::start(&[]).await;
-    let jobs = [
-        ("punctual-admin", &stack.admin),
-        ("punctual-scanner", &stack.scanner),
-        ("punctual-executor", &stack.executor),
-    ]
-    .map(|(name, p)| Job { name: name.to_owned(), targets: vec![format!("127.0.0.1:{}", p.port)] });
+    let jobs = stack_jobs(&stack);
     let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/alerts.yml")).expect("alert rules");
     let prometheus = Prometheus::start(&jobs, &rules).await;
 
@@ -144,4 +139,91 @@ async fn readyz_fails_while_postgres_is_down_and_recovers() {
         })
         .await;
     }
+}
+
+/// The shipped rules with their time constants divided by six (minutes become tens of
+/// seconds, every `for:` 5 s), so that an overload fires and resolves them within a test;
+/// the expressions are otherwise the shipped ones.
+fn rules_at_test_speed(rules: &str) -> String {
+    let mut scaled = String::with_capacity(rules.len());
+    for line in rules.lines() {
+        let line = if line.trim_start().starts_with("for:") {
+            format!("{}for: 5s", &line[..line.len() - line.trim_start().len()])
+        } else {
+            line.replace("[1m]", "[10s]").replace("offset 1m", "offset 10s").replace("[2m]", "[20s]")
+        };
+        scaled.push_str(&line);
+        scaled.push('\n');
+    }
+    scaled
+}
+
+/// What the overload alerts look at, for a failure's message.
+async fn figures(prometheus: &Prometheus) -> String {
+    let mut said = Vec::new();
+    for expr in [
+        "max(punctual_tasks_due_backlog)",
+        "sum(punctual_consumer_lag)",
+        "histogram_quantile(0.99, sum by (le) (rate(punctual_fire_lag_seconds_bucket[10s])))",
+        "sum(rate(punctual_tasks_executed_total[10s]))",
+        "max(punctual_wheel_held_tasks)",
+    ] {
+        let value = prometheus.query(expr).await.first().map(|r| r["value"][1].to_string()).unwrap_or_default();
+        said.push(format!("{expr} = {value}"));
+    }
+    said.join("; ")
+}
+
+/// An overload: the executor may run 20 tasks at once and every call takes 200 ms, so it
+/// runs about 100 occurrences a second while 200 fall due every second for 20 s. The lag
+/// and backlog alerts (the published tasks waiting in Kafka for an executor) must fire in
+/// the real Prometheus, and resolve once the load has stopped and the backlog has drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overload_fires_the_backlog_and_lag_alerts_and_they_resolve() {
+    const OVERLOAD_ALERTS: [&str; 2] = ["PunctualConsumerLagGrowing", "PunctualFireLagHigh"];
+    const SECONDS: i64 = 20;
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(Duration::from_millis(200)));
+    let stack = Stack::start(&[("PUNCTUAL_MAX_IN_FLIGHT", "20".to_owned())]).await;
+    let jobs = stack_jobs(&stack);
+    let rules = std::fs::read_to_string(repo_root().join("deploy/prometheus/alerts.yml")).expect("alert rules");
+    let prometheus = Prometheus::start(&jobs, &rules_at_test_speed(&rules)).await;
+    // Healthy first: scraped, and none of the two alerts pending or firing.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let quiet = prometheus.alerts().await;
+    assert!(quiet.iter().all(|(name, _)| !OVERLOAD_ALERTS.contains(&name.as_str())), "before the load: {quiet:?}");
+
+    let began = std::time::Instant::now();
+    let load = Load::start(&stack, &sink, 200, SECONDS).await;
+    let firing = |alerts: &[(String, String)], name: &str| alerts.iter().any(|(n, s)| n == name && s == "firing");
+    let mut fired_at = Vec::new();
+    while fired_at.len() < OVERLOAD_ALERTS.len() {
+        let alerts = prometheus.alerts().await;
+        for name in OVERLOAD_ALERTS {
+            if firing(&alerts, name) && !fired_at.iter().any(|(n, _)| *n == name) {
+                fired_at.push((name, began.elapsed()));
+            }
+        }
+        if began.elapsed() > Duration::from_secs(120) {
+            panic!("after 120 s, fired {fired_at:?}; alerts {alerts:?}; {}", figures(&prometheus).await);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("fired after the load began: {fired_at:?}; {}", figures(&prometheus).await);
+
+    // The load ends 20 s after it began; the backlog drains, the lag's window empties.
+    let resolved = loop {
+        let alerts = prometheus.alerts().await;
+        if alerts.iter().all(|(name, _)| !OVERLOAD_ALERTS.contains(&name.as_str())) {
+            break began.elapsed();
+        }
+        if began.elapsed() > Duration::from_secs(300) {
+            panic!("after 300 s, still {alerts:?}; {}", figures(&prometheus).await);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!("resolved {resolved:?} after the load began (it lasted {SECONDS} s)");
+    assert!(load.at(SECONDS) < chrono::Utc::now(), "resolved only after the load");
+    let audit = load.audit_calls(&stack, || sink.calls_to("/load"), Duration::from_secs(60)).await;
+    assert_eq!(audit.lost, 0, "late, but every occurrence ran");
 }

@@ -1,5 +1,7 @@
 //! The REST API's handlers: `/v1/timers` and its sub-resources.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -8,6 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
+use punctual_shared::target_guard::TargetGuard;
 use punctual_shared::task;
 use punctual_shared::timer::{Action, FieldError, NewTimer, ScheduleColumns, TimerRow, TimerSpec, DEFAULT_TIMEOUT_MS};
 use serde::Deserialize;
@@ -22,6 +25,17 @@ use crate::metrics::Metrics;
 pub struct AppState {
     pub pool: PgPool,
     pub metrics: Metrics,
+    /// Which callback addresses are allowed (`PUNCTUAL_CALLBACK_ALLOW`).
+    pub guard: Arc<TargetGuard>,
+}
+
+/// A callback URL whose host is a literal address the executor would refuse is refused
+/// here already; a host name is judged when the executor resolves it, at every call.
+fn check_target(guard: &TargetGuard, timer: &NewTimer) -> Result<(), ApiError> {
+    let Action::Http(http) = &timer.action else {
+        return Ok(());
+    };
+    guard.check_url(&http.url).map_err(|refused| FieldError::new("action.http.url", refused.to_string()).into())
 }
 
 pub fn router(state: AppState) -> Router {
@@ -92,6 +106,7 @@ async fn create_timer(
 ) -> Result<impl IntoResponse, ApiError> {
     let spec: TimerSpec = parse_json(&headers, &body)?;
     let timer = spec.validate()?;
+    check_target(&state.guard, &timer)?;
     let row = insert_timer(&state.pool, &timer).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
@@ -239,6 +254,7 @@ async fn patch_timer(
         ApiError::BadRequest { detail: format!("{field}: {}", e.into_inner()), field: Some(field) }
     })?;
     let timer = spec.validate()?;
+    check_target(&state.guard, &timer)?;
     let s = ScheduleColumns::from(&timer.schedule);
     let sql = format!(
         "UPDATE timers SET ({DEFINITION_COLUMNS}) = ROW({DEFINITION_PARAMS})

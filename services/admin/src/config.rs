@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use punctual_shared::config::DatabaseConfig;
+use punctual_shared::target_guard::TargetGuard;
 
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "punctual-admin", about = "Punctual's REST API: timers, pause/resume, run history")]
@@ -16,4 +17,8 @@ pub struct AdminConfig {
     /// state, so only where the namespaces are few.
     #[arg(long, env = "PUNCTUAL_METRICS_NAMESPACE_LABEL", default_value_t = false, action = clap::ArgAction::Set)]
     pub metrics_namespace_label: bool,
+    /// Hosts and networks callbacks may reach besides public addresses (as the
+    /// executor's): a timer whose URL is a literal address outside them is refused.
+    #[arg(long, env = "PUNCTUAL_CALLBACK_ALLOW", default_value = "")]
+    pub callback_allow: TargetGuard,
 }

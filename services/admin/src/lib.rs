@@ -34,7 +34,8 @@ impl App {
         let metrics = metrics::Metrics::new(config.metrics_namespace_label);
         punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
-        let router = api::router(api::AppState { pool: pool.clone(), metrics: metrics.clone() })
+        let guard = std::sync::Arc::new(config.callback_allow.clone());
+        let router = api::router(api::AppState { pool: pool.clone(), metrics: metrics.clone(), guard })
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::middleware::from_fn_with_state(metrics.clone(), http_metrics::record));
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;

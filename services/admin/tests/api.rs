@@ -15,8 +15,13 @@ struct Api {
 
 async fn spawn_api() -> Api {
     let db = TestDb::create().await;
-    let config =
-        AdminConfig { database: db.config(), addr: "127.0.0.1:0".parse().unwrap(), metrics_namespace_label: false };
+    // No callback address allowed beyond public ones, as by default.
+    let config = AdminConfig {
+        database: db.config(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_namespace_label: false,
+        callback_allow: Default::default(),
+    };
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
     let token = CancellationToken::new();
@@ -60,7 +65,7 @@ impl Api {
 fn example() -> Value {
     json!({"namespace":"billing","name":"nightly-invoices",
            "schedule":{"cron":"0 0 2 * * *","timezone":"Europe/Berlin"},
-           "action":{"http":{"method":"POST","url":"http://127.0.0.1:8080/hook","headers":{"X-Env":"prod"},"body":{"k":1},"timeout_ms":5000}}})
+           "action":{"http":{"method":"POST","url":"https://hooks.example.com/hook","headers":{"X-Env":"prod"},"body":{"k":1},"timeout_ms":5000}}})
 }
 
 #[tokio::test]
@@ -122,7 +127,8 @@ async fn each_schedule_kind_is_accepted() {
         ("interval", json!({"every_ms": 60000})),
         ("crontab", json!({"cron": "*/5 * * * *"})),
     ] {
-        let body = json!({"name": name, "schedule": schedule, "action": {"http": {"url": "http://127.0.0.1:9/x"}}});
+        let body =
+            json!({"name": name, "schedule": schedule, "action": {"http": {"url": "https://hooks.example.com/x"}}});
         let (status, _, timer) = api.post("/v1/timers", &body).await;
         assert_eq!(status, 201, "{name}: {timer}");
         assert_eq!(timer["namespace"], "default");
@@ -141,6 +147,12 @@ async fn bad_input_is_a_problem_naming_the_field_and_writes_nothing() {
     };
     let cases: Vec<(Value, u16, &str)> = vec![
         (with("/schedule", json!({"cron": "99 * * * * *"})), 422, "schedule.cron"),
+        // Literal addresses callbacks may not reach (PUNCTUAL_CALLBACK_ALLOW is empty).
+        (with("/action/http/url", json!("http://127.0.0.1:8080/hook")), 422, "action.http.url"),
+        (with("/action/http/url", json!("http://[::1]/hook")), 422, "action.http.url"),
+        (with("/action/http/url", json!("http://169.254.169.254/latest/meta-data/")), 422, "action.http.url"),
+        (with("/action/http/url", json!("http://10.0.0.1/")), 422, "action.http.url"),
+        (with("/action/http/url", json!("http://[::ffff:7f00:1]/")), 422, "action.http.url"),
         (with("/schedule", json!({"cron": "* * * * * *", "timezone": "Atlantis/Capital"})), 422, "schedule.timezone"),
         (with("/schedule", json!({})), 422, "schedule"),
         (with("/schedule", json!({"every_ms": 10})), 422, "schedule.every_ms"),

@@ -14,10 +14,13 @@ use hyper_tls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::IntGauge;
+use punctual_shared::target_guard::TargetGuard;
 use punctual_shared::task::{Next, Outcome, StartedTask};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
+
+use crate::guarded_resolver::{refusal, GuardedResolver};
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
@@ -37,6 +40,8 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 pub struct Caller {
     client: HttpClient,
     limits: CallLimits,
+    /// Which addresses calls may reach (`PUNCTUAL_CALLBACK_ALLOW`).
+    guard: Arc<TargetGuard>,
     /// One entry per target called since the start; a few hundred bytes each.
     targets: Mutex<HashMap<String, Arc<Target>>>,
     /// URLs called lately, parsed, with their target's turns: parsing every call's URL
@@ -55,7 +60,7 @@ pub struct Caller {
 /// a redirect it may have followed; that was 5 % of the executor's CPU at 20,000 calls/s
 /// (`perf record --call-graph dwarf`, docs/BENCHMARKS.md item 18). Callbacks follow no
 /// redirects, so nothing is lost by calling hyper directly.
-type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>;
 
 /// A URL checked and parsed for the client, and its target.
 type ParsedUrl = (Uri, Arc<Target>);
@@ -209,8 +214,9 @@ impl Caller {
     /// with fewer, every burst above the pool's size opens connections that are closed again
     /// right after, and connect/close becomes the executor's main cost (measured: a third of
     /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
-    pub fn new(limits: CallLimits, waiting: IntGauge) -> Result<Self, native_tls::Error> {
-        let mut http = HttpConnector::new();
+    pub fn new(limits: CallLimits, waiting: IntGauge, guard: TargetGuard) -> Result<Self, native_tls::Error> {
+        let guard = Arc::new(guard);
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
         // `https` URLs go through the TLS connector, which hands them to this one.
         http.enforce_http(false);
         // A callback is one small request: waiting to fill a segment only delays it.
@@ -222,7 +228,14 @@ impl Caller {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(limits.max)
             .build(connector);
-        Ok(Self { client, limits, targets: Mutex::new(HashMap::new()), parsed: Mutex::new(HashMap::new()), waiting })
+        Ok(Self {
+            client,
+            limits,
+            guard,
+            targets: Mutex::new(HashMap::new()),
+            parsed: Mutex::new(HashMap::new()),
+            waiting,
+        })
     }
 
     /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
@@ -358,6 +371,10 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
     };
+    // A literal address is never resolved, so the resolver cannot check it: here.
+    if let Err(refused) = caller.guard.check_literal(uri.host().unwrap_or_default()) {
+        return Attempt::failed(refused.to_string(), false, Duration::ZERO);
+    }
     let turn = caller.turn(target).await;
     let started = Instant::now();
     let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
@@ -418,7 +435,10 @@ async fn request(
         }
     };
     let request = request.body(Full::new(body)).map_err(|e| (e.to_string(), false))?;
-    let response = client.request(request).await.map_err(|e| (describe(&e), true))?;
+    let response = client.request(request).await.map_err(|e| match refusal(&e) {
+        Some(refused) => (refused.to_string(), false),
+        None => (describe(&e), true),
+    })?;
     let status = response.status().as_u16();
     let retry_after = response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
     let mut body = response.into_body();
@@ -466,6 +486,11 @@ mod tests {
     use super::*;
     use punctual_shared::retry::RetryPolicy;
     use punctual_shared::task::Action;
+
+    /// The tests' targets listen on loopback.
+    fn local() -> TargetGuard {
+        "127.0.0.1".parse().unwrap()
+    }
 
     #[test]
     fn which_answers_are_retried() {
@@ -523,8 +548,9 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let (busy, other) = (Sink::start().await, Sink::start().await);
         busy.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
-        let caller =
-            Arc::new(Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap());
+        let caller = Arc::new(
+            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap(),
+        );
         let calls = spawn_calls(&caller, &busy.url("/slow"), 5);
         wait_for_calls(&busy, 2).await;
         // Another target is called at once, while the busy one has its two calls.
@@ -543,7 +569,7 @@ mod tests {
         let sink = Sink::start().await;
         sink.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
         let waiting = IntGauge::new("waiting", "test").unwrap();
-        let caller = Arc::new(Caller::new(CallLimits { min: 1, max: 1 }, waiting.clone()).unwrap());
+        let caller = Arc::new(Caller::new(CallLimits { min: 1, max: 1 }, waiting.clone(), local()).unwrap());
         let calls = spawn_calls(&caller, &sink.url("/slow"), 3);
         wait_for_calls(&sink, 1).await;
         while waiting.get() < 2 {
@@ -568,7 +594,7 @@ mod tests {
         let sink = Sink::start().await;
         sink.behave("/steady", Behaviour::slow(Duration::from_millis(500)));
         let limits = CallLimits { min: 4, max: 64 };
-        let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap()).unwrap());
+        let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap(), local()).unwrap());
         let calls = spawn_calls(&caller, &sink.url("/steady"), 12);
         wait_for_calls(&sink, 4).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -629,7 +655,8 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let sink = Sink::start().await;
         sink.behave("/slow", Behaviour::slow(Duration::from_secs(5)));
-        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let caller =
+            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let mut task = task_calling(&sink.url("/slow"));
         Arc::get_mut(&mut task.action).unwrap().http_timeout_ms = 300;
         let started = Instant::now();
@@ -645,7 +672,8 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let sink = Sink::start().await;
         sink.behave("/busy", Behaviour { script: vec![503], retry_after: Some("7".into()), ..Default::default() });
-        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let caller =
+            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let mut task = task_calling(&sink.url("/busy?x=1"));
         let action = Arc::get_mut(&mut task.action).unwrap();
         action.http_method = "PUT".into();
@@ -670,7 +698,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_url_that_is_not_http_fails_for_good_without_a_call() {
-        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let caller =
+            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         for url in ["ftp://127.0.0.1/x", "mailto:ops@example.com"] {
             let attempt = call(&caller, &task_calling(url)).await;
             assert!(!attempt.retryable, "{url}");
@@ -679,8 +708,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn private_targets_are_refused_unless_allowed_and_never_called() {
+        let sink = punctual_testkit::Sink::start().await;
+        let port = sink.addr.port();
+        let guarded = Caller::new(
+            CallLimits { min: 2, max: 2 },
+            IntGauge::new("waiting", "test").unwrap(),
+            TargetGuard::default(),
+        )
+        .unwrap();
+        // Literal addresses, and a name that resolves to loopback.
+        for url in [
+            format!("http://127.0.0.1:{port}/literal"),
+            format!("http://[::1]:{port}/v6"),
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "http://10.0.0.1/internal".to_owned(),
+            format!("http://localhost:{port}/name"),
+        ] {
+            let attempt = call(&guarded, &task_calling(&url)).await;
+            let error = attempt.error.unwrap_or_default();
+            assert!(!attempt.retryable, "{url}: refused for good");
+            assert!(
+                error.contains("not a public address") && error.contains("PUNCTUAL_CALLBACK_ALLOW"),
+                "{url}: {error}"
+            );
+        }
+        assert!(sink.calls().is_empty(), "nothing was called");
+        // Allowed by name, or by network.
+        let by_name = Caller::new(
+            CallLimits { min: 2, max: 2 },
+            IntGauge::new("waiting", "test").unwrap(),
+            "localhost".parse().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            call(&by_name, &task_calling(&format!("http://localhost:{port}/name"))).await.http_status,
+            Some(200)
+        );
+        let by_network = Caller::new(
+            CallLimits { min: 2, max: 2 },
+            IntGauge::new("waiting", "test").unwrap(),
+            "127.0.0.0/8".parse().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            call(&by_network, &task_calling(&format!("http://127.0.0.1:{port}/literal"))).await.http_status,
+            Some(200)
+        );
+        assert_eq!(sink.calls().len(), 2);
+    }
+
+    #[tokio::test]
     async fn an_unparsable_url_fails_for_good_without_a_call() {
-        let caller = Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap()).unwrap();
+        let caller =
+            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let attempt = call(&caller, &task_calling("not a url")).await;
         assert!(!attempt.retryable);
         assert!(attempt.error.unwrap().starts_with("invalid http_url"));

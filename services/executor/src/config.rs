@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use punctual_shared::config::{DatabaseConfig, KafkaConfig};
+use punctual_shared::target_guard::TargetGuard;
 
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "punctual-executor", about = "Consumes due tasks and runs their actions, idempotently")]
@@ -54,4 +55,8 @@ pub struct ExecutorConfig {
     /// with the same Idempotency-Key) and the process exits.
     #[arg(long, env = "PUNCTUAL_DRAIN_TIMEOUT_MS", default_value_t = 10_000)]
     pub drain_timeout_ms: u64,
+    /// Hosts and networks callbacks may reach besides public addresses, comma-separated
+    /// (e.g. `localhost,10.1.0.0/16,hooks.internal`). Empty: public addresses only.
+    #[arg(long, env = "PUNCTUAL_CALLBACK_ALLOW", default_value = "")]
+    pub callback_allow: TargetGuard,
 }

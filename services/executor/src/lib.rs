@@ -13,6 +13,7 @@
 pub mod callback;
 pub mod config;
 pub mod group_watch;
+pub mod guarded_resolver;
 pub mod in_flight;
 pub mod kafka_action;
 pub mod metrics;
@@ -176,6 +177,7 @@ impl App {
             callback::Caller::new(
                 callback::CallLimits { min: config.min_calls_per_target, max: config.max_calls_per_target },
                 metrics.callbacks_waiting.clone(),
+                config.callback_allow.clone(),
             )
             .context("creating the HTTP client")?,
         );
