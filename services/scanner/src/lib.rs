@@ -272,6 +272,18 @@ async fn keep_topic(kafka: KafkaConfig, topic_missing: Arc<AtomicBool>, token: C
     }
 }
 
+/// Counts missed occurrences left unplanned or cancelled by their timers' misfire policies.
+fn count_misfired(metrics: &Metrics, misfired: &task::Misfired) {
+    if misfired.total() == 0 {
+        return;
+    }
+    for (policy, count) in [("skip", misfired.skip), ("fire_once", misfired.fire_once), ("fire_all", misfired.fire_all)]
+    {
+        metrics.misfired.with_label_values(&[policy]).inc_by(count);
+    }
+    tracing::info!(count = misfired.total(), "missed occurrences not run, as their timers' misfire policies say");
+}
+
 /// What one scan needs.
 struct Scan {
     config: ScannerConfig,
@@ -351,6 +363,7 @@ async fn scan_once(
             drop(writing);
             metrics.timers_invalid.inc_by(report.invalid as u64);
             metrics.planned.inc_by(report.tasks_planned);
+            count_misfired(metrics, &report.misfired);
             let full_pass = report.timers >= planner::PASS_SIZE as usize;
             if !report.claimed.is_empty() {
                 metrics.claimed.inc_by(report.claimed.len() as u64);
@@ -367,14 +380,7 @@ async fn scan_once(
     let misfired =
         task::cancel_misfired(pool, &held, std::time::Duration::from_millis(config.misfire_threshold_ms)).await?;
     drop(writing);
-    if misfired.total() > 0 {
-        for (policy, count) in
-            [("skip", misfired.skip), ("fire_once", misfired.fire_once), ("fire_all", misfired.fire_all)]
-        {
-            metrics.misfired.with_label_values(&[policy]).inc_by(count);
-        }
-        tracing::info!(count = misfired.total(), "occurrences cancelled by their timers' misfire policies");
-    }
+    count_misfired(metrics, &misfired);
     loop {
         if metrics.held.get() as usize >= config.max_held {
             break;

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use punctual_shared::bucket::{owned_join, Held, MEMBER};
 use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::schedule::{Schedule, ScheduleKind};
-use punctual_shared::task::{self, ClaimedTask, PlanClaim, PlannedTask};
+use punctual_shared::task::{self, ClaimedTask, Misfired, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -43,12 +43,19 @@ pub struct PassReport {
     pub timers: usize,
     pub tasks_planned: u64,
     pub invalid: usize,
+    /// Missed occurrences left unplanned by their timers' misfire policies.
+    pub misfired: Misfired,
     /// Tasks written claimed, committed: the caller holds and publishes them.
     pub claimed: Vec<ClaimedTask>,
 }
 
 impl PassReport {
     fn count(&mut self, row: &TimerRow, update: &PlanUpdate) {
+        match MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default() {
+            MisfirePolicy::Skip => self.misfired.skip += update.misfired,
+            MisfirePolicy::FireOnce => self.misfired.fire_once += update.misfired,
+            MisfirePolicy::FireAll => self.misfired.fire_all += update.misfired,
+        }
         if update.plan_status == "invalid" {
             self.invalid += 1;
             tracing::warn!(timer_id = %row.id, reason = update.invalid_reason.as_deref(), "timer marked invalid");
@@ -62,6 +69,9 @@ struct PlanUpdate {
     plan_status: &'static str,
     next_plan_at: Option<DateTime<Utc>>,
     invalid_reason: Option<String>,
+    /// Occurrences missed (later than the misfire threshold when planned) that its
+    /// misfire policy left unplanned.
+    misfired: u64,
 }
 
 impl Planner {
@@ -205,14 +215,32 @@ impl Planner {
             Some(at) if row.state == "active" && at < now + self.horizon() => {
                 self.plan_timer(row, &schedule, catchup, at, now, tasks)
             }
-            Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
+            Some(at) => PlanUpdate {
+                id: row.id,
+                plan_status: "planned",
+                next_plan_at: Some(at),
+                invalid_reason: None,
+                misfired: 0,
+            },
             None => match &schedule.kind {
                 // A cron expression that never matches (30 February): invalid, not done.
                 ScheduleKind::Cron(cron) => match cron.check_matches_from(now.max(schedule.start_at.unwrap_or(now))) {
                     Err(e) => PlanUpdate::invalid(row.id, format!("cron_expr: {e}")),
-                    Ok(()) => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+                    Ok(()) => PlanUpdate {
+                        id: row.id,
+                        plan_status: "done",
+                        next_plan_at: None,
+                        invalid_reason: None,
+                        misfired: 0,
+                    },
                 },
-                _ => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+                _ => PlanUpdate {
+                    id: row.id,
+                    plan_status: "done",
+                    next_plan_at: None,
+                    invalid_reason: None,
+                    misfired: 0,
+                },
             },
         }
     }
@@ -237,6 +265,7 @@ impl Planner {
         let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
         let catchup_from = now.checked_sub_signed(catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let planned_before = tasks.len();
+        let mut misfired = 0;
         let mut latest_missed: Option<DateTime<Utc>> = None;
         let mut next = Some(first);
         while let Some(at) = next {
@@ -256,8 +285,12 @@ impl Planner {
                     }
                     (true, MisfirePolicy::FireAll) => at >= catchup_from,
                 };
+            if missed && !pruned && !keep {
+                misfired += 1;
+            }
             if keep {
                 if let Some(m) = latest_missed.take() {
+                    misfired -= 1;
                     tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
                 }
                 tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
@@ -265,18 +298,25 @@ impl Planner {
             next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
         }
         if let Some(m) = latest_missed {
+            misfired -= 1;
             tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
         }
         match next {
-            Some(at) => PlanUpdate { id: row.id, plan_status: "planned", next_plan_at: Some(at), invalid_reason: None },
-            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None },
+            Some(at) => PlanUpdate {
+                id: row.id,
+                plan_status: "planned",
+                next_plan_at: Some(at),
+                invalid_reason: None,
+                misfired,
+            },
+            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None, misfired },
         }
     }
 }
 
 impl PlanUpdate {
     fn invalid(id: Uuid, reason: String) -> Self {
-        PlanUpdate { id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(reason) }
+        PlanUpdate { id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(reason), misfired: 0 }
     }
 }
 

@@ -296,7 +296,7 @@ async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
         );
     }
     let now = Utc::now();
-    planner().plan_due(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
+    let report = planner().plan_due(&db.pool, now, &db.hold_buckets("scanner-a").await, None).await.unwrap();
     let missed =
         |times: Vec<DateTime<Utc>>| times.into_iter().filter(|t| *t < now - chrono::Duration::seconds(60)).count();
     assert_eq!(missed(task_times(&db, ids[0]).await), 0, "skip");
@@ -304,6 +304,12 @@ async fn each_misfire_policy_plans_what_it_says_after_an_hour_behind() {
     // fire_all within a 10-minute catch-up window: the 9 minutes of it beyond the threshold.
     let all = missed(task_times(&db, ids[2]).await);
     assert!((539..=541).contains(&all), "fire_all: {all}");
+    // What each policy left unplanned is counted (punctual_tasks_misfired_total): an hour
+    // less the minute within the threshold, one less for fire_once, the window's less for fire_all.
+    let m = report.misfired;
+    assert!((3539..=3541).contains(&m.skip), "{m:?}");
+    assert_eq!(m.fire_once, m.skip - 1, "{m:?}");
+    assert_eq!(m.fire_all, m.skip - all as u64, "{m:?}");
 }
 
 /// The statements docs/sql.md gives for pruning history, read from the doc so the two
