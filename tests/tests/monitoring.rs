@@ -70,6 +70,8 @@ async fn every_dashboard_panel_query_returns_data_from_the_services() {
         }
     }
     assert!(prometheus.unhealthy_targets().await.is_empty(), "{:?}", prometheus.unhealthy_targets().await);
+    let fresh = prometheus.query("time() - max(punctual_cluster_figures_read_timestamp_seconds) < 15").await;
+    assert!(!fresh.is_empty(), "the cluster's figures were read within the last 15 s");
 
     let mut dashboards: Vec<_> = std::fs::read_dir(repo_root().join("deploy/grafana/dashboards"))
         .expect("deploy/grafana/dashboards")

@@ -1,6 +1,8 @@
 //! The cluster's figures for dashboards and alerts (backlog, planner lead, buckets without
 //! a live owner), read every [`EVERY`] by the scanner holding bucket 0, so that one
-//! scanner reads them however many run. The others report 0: aggregate with `max`.
+//! scanner reads them however many run. The others report 0: aggregate with `max`. A
+//! failed read leaves the figures as they were; the time of the last good one tells how
+//! old they are.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,9 +62,15 @@ pub async fn run(pool: PgPool, ownership: Arc<Ownership>, gauges: ClusterGauges,
             set(&gauges, None);
             continue;
         }
-        match read(&pool).await {
-            Ok(figures) => set(&gauges, Some(&figures)),
-            Err(e) => tracing::warn!(error = %e, "reading the cluster's figures failed; will retry"),
+        // Bounded, so that a read stuck behind a busy database leaves a visible gap
+        // (punctual_cluster_figures_read_timestamp_seconds stops moving), not a hung task.
+        match tokio::time::timeout(EVERY, read(&pool)).await {
+            Ok(Ok(figures)) => {
+                set(&gauges, Some(&figures));
+                gauges.read_at.set(chrono::Utc::now().timestamp_millis() as f64 / 1_000.0);
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "reading the cluster's figures failed; will retry"),
+            Err(_) => tracing::warn!("reading the cluster's figures took longer than {EVERY:?}; will retry"),
         }
     }
 }
@@ -73,4 +81,7 @@ fn set(gauges: &ClusterGauges, figures: Option<&Figures>) {
     gauges.planner_lead_seconds.set(figures.and_then(|f| f.planner_lead_seconds).unwrap_or(0.0));
     gauges.buckets_unowned.set(figures.map_or(0, |f| f.buckets_unowned));
     gauges.scanners_live.set(figures.map_or(0, |f| f.scanners_live));
+    if figures.is_none() {
+        gauges.read_at.set(0.0);
+    }
 }

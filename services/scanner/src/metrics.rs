@@ -35,6 +35,8 @@ pub struct ClusterGauges {
     pub planner_lead_seconds: Gauge,
     pub buckets_unowned: IntGauge,
     pub scanners_live: IntGauge,
+    /// When the figures were last read (Unix seconds); 0 on a scanner not reading them.
+    pub read_at: Gauge,
 }
 
 impl Metrics {
@@ -104,6 +106,10 @@ impl Metrics {
             ),
             buckets_unowned: gauge("punctual_buckets_unowned", "Buckets whose owner is not a live scanner"),
             scanners_live: gauge("punctual_scanners_live", "Scanners whose membership lease is live"),
+            read_at: seconds(
+                "punctual_cluster_figures_read_timestamp_seconds",
+                "When this scanner last read the cluster's figures (Unix time; 0 unless it holds bucket 0)",
+            ),
         };
         let held = gauge("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel");
         let buckets_held = gauge("punctual_buckets_held", "Buckets this scanner holds (of 1,024)");
