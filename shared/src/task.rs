@@ -316,6 +316,8 @@ impl StartedTask {
 /// What a timer does when it fires: columns that change only with the timer's version.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Action {
+    /// The timer's namespace, which never changes: whose signing secrets sign the call.
+    pub namespace: String,
     pub action_kind: String,
     pub http_method: String,
     pub http_url: Option<String>,
@@ -387,7 +389,7 @@ impl ActionCache {
 
 /// The columns of a started task's timer (`tm`): its action ([`Action`]).
 const ACTION_COLUMNS: &str =
-    "tm.action_kind, tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
+    "tm.namespace, tm.action_kind, tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
     tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value";
 
 /// The columns of a started task's timer (`tm`): its retry policy.

@@ -228,7 +228,7 @@ pub struct NewTimer {
     pub overlap_policy: OverlapPolicy,
 }
 
-fn check_namespace(ns: &str) -> Result<(), FieldError> {
+pub fn check_namespace(ns: &str) -> Result<(), FieldError> {
     let ok = (1..=64).contains(&ns.len())
         && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
     if ok {

@@ -5,6 +5,7 @@ pub mod config;
 pub mod error;
 pub mod http_metrics;
 pub mod metrics;
+pub mod signing_secrets;
 pub mod timer_stats;
 
 use std::net::SocketAddr;
@@ -35,7 +36,9 @@ impl App {
         punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
         let guard = std::sync::Arc::new(config.callback_allow.clone());
-        let router = api::router(api::AppState { pool: pool.clone(), metrics: metrics.clone(), guard })
+        let state = api::AppState { pool: pool.clone(), metrics: metrics.clone(), guard };
+        let router = api::router(state.clone())
+            .merge(signing_secrets::router(state))
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::middleware::from_fn_with_state(metrics.clone(), http_metrics::record));
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;

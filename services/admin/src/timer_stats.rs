@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use punctual_shared::periodic::Ticks;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -18,13 +19,8 @@ struct Count {
 }
 
 pub async fn run(pool: PgPool, metrics: Metrics, by_namespace: bool, token: CancellationToken) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticks = Ticks::every(EVERY, token);
+    while ticks.next().await {
         match count(&pool, by_namespace).await {
             Ok(counts) => {
                 metrics.timers.reset();

@@ -268,3 +268,52 @@ async fn patch_changes_the_definition_with_a_version_check() {
     let (_, _, after) = api.get(&format!("/v1/timers/{id}")).await;
     assert_eq!(after["version"], 2, "rejected patches write nothing");
 }
+
+#[tokio::test]
+async fn signing_secrets_are_shown_once_bounded_and_checked() {
+    let api = spawn_api().await;
+    let path = "/v1/namespaces/billing/signing-secrets";
+    let (status, _, created) = api.post_raw(path, "", "application/json").await;
+    assert_eq!(status, 201, "{created}");
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let brought = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let (status, _, second) = api.post(path, &json!({"secret": brought})).await;
+    assert_eq!((status, second["secret"].as_str()), (201, Some(brought)));
+
+    let (status, _, listed) = api.get(path).await;
+    assert_eq!(status, 200);
+    let text = listed.to_string();
+    assert!(!text.contains(&secret) && !text.contains(brought), "never shown again: {text}");
+    assert_eq!(listed["signing_secrets"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["signing_secrets"][1]["prefix"], "whsec_MfKQ…");
+    let (_, _, other) = api.get("/v1/namespaces/other/signing-secrets").await;
+    assert_eq!(other["signing_secrets"], json!([]), "namespaces are apart");
+
+    for (body, field) in [
+        (json!({"secret": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}), "secret"),
+        (json!({"secret": "whsec_c2hvcnQ="}), "secret"),
+        (json!({"secret": "whsec_***"}), "secret"),
+    ] {
+        let (status, ct, problem) = api.post(path, &body).await;
+        assert_eq!((status, ct.as_deref(), &problem["field"]), (422, Some("application/problem+json"), &json!(field)));
+    }
+    let (status, _, problem) = api.post(path, &json!({"key": "x"})).await;
+    assert_eq!(status, 400, "{problem}");
+    let (status, _, problem) = api.post("/v1/namespaces/Not%20Valid/signing-secrets", &json!({})).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("namespace")));
+
+    for _ in 0..3 {
+        assert_eq!(api.post(path, &json!({})).await.0, 201);
+    }
+    let (status, _, problem) = api.post(path, &json!({})).await;
+    assert_eq!(status, 409, "five at most: {problem}");
+
+    let id = created["id"].as_str().unwrap();
+    assert_eq!(api.delete(&format!("/v1/namespaces/other/signing-secrets/{id}")).await, 404, "another namespace's");
+    assert_eq!(api.delete(&format!("{path}/{id}")).await, 204);
+    assert_eq!(api.delete(&format!("{path}/{id}")).await, 404);
+    assert_eq!(api.delete(&format!("{path}/not-an-id")).await, 404);
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM signing_secrets").fetch_one(&api.db.pool).await.unwrap();
+    assert_eq!(stored, 4);
+}

@@ -16,11 +16,13 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::IntGauge;
 use punctual_shared::target_guard::TargetGuard;
 use punctual_shared::task::{Next, Outcome, StartedTask};
+use punctual_shared::webhook_signature::{signature_header, SigningSecret};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use crate::guarded_resolver::{refusal, GuardedResolver};
+use crate::signing_keys::SigningKeys;
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
@@ -51,6 +53,8 @@ pub struct Caller {
     parsed: Mutex<HashMap<Box<str>, ParsedUrl>>,
     /// Calls waiting for a turn (`punctual_callbacks_waiting`).
     waiting: IntGauge,
+    /// Each namespace's secrets, which sign its calls.
+    signing: Arc<SigningKeys>,
 }
 
 /// hyper's HTTP/1.1 client, with TLS for `https` targets.
@@ -235,7 +239,14 @@ impl Caller {
             targets: Mutex::new(HashMap::new()),
             parsed: Mutex::new(HashMap::new()),
             waiting,
+            signing: Arc::default(),
         })
+    }
+
+    /// Signs the calls of each namespace with its secrets (none without this).
+    pub fn with_signing(mut self, signing: Arc<SigningKeys>) -> Self {
+        self.signing = signing;
+        self
     }
 
     /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
@@ -378,7 +389,8 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
     let turn = caller.turn(target).await;
     let started = Instant::now();
     let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
-    let answer = match tokio::time::timeout(timeout, request(&caller.client, uri, task)).await {
+    let secrets = caller.signing.get(&task.action.namespace);
+    let answer = match tokio::time::timeout(timeout, request(&caller.client, uri, task, secrets.as_deref())).await {
         Ok(answer) => answer,
         Err(_) => Err((format!("timed out: no answer within {} ms", timeout.as_millis()), true)),
     };
@@ -400,6 +412,7 @@ async fn request(
     client: &HttpClient,
     uri: Uri,
     task: &StartedTask,
+    secrets: Option<&[SigningSecret]>,
 ) -> Result<(u16, String, Option<Duration>), (String, bool)> {
     let method = Method::from_bytes(task.action.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
     let mut request = Request::builder().method(method).uri(uri);
@@ -434,6 +447,14 @@ async fn request(
             Bytes::from(json.to_string())
         }
     };
+    // Standard Webhooks: the identity, the time of this attempt, and the signature of both
+    // with the exact body sent, per secret of the namespace.
+    let timestamp = Utc::now().timestamp();
+    headers.insert("webhook-id", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
+    headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
+    if let Some(signature) = signature_header(secrets.unwrap_or_default(), &identity, timestamp, &body) {
+        headers.insert("webhook-signature", HeaderValue::from_str(&signature).expect("base64 and spaces"));
+    }
     let request = request.body(Full::new(body)).map_err(|e| (e.to_string(), false))?;
     let response = client.request(request).await.map_err(|e| match refusal(&e) {
         Some(refused) => (refused.to_string(), false),
@@ -512,6 +533,7 @@ mod tests {
             attempt: 1,
             started_at: Utc::now(),
             action: Arc::new(Action {
+                namespace: "default".into(),
                 action_kind: "http".into(),
                 http_method: "POST".into(),
                 http_url: Some(url.into()),

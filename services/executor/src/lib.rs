@@ -11,6 +11,7 @@
 //! the completed prefix of each partition reaches.
 
 pub mod callback;
+pub mod commits;
 pub mod config;
 pub mod group_watch;
 pub mod guarded_resolver;
@@ -19,6 +20,7 @@ pub mod kafka_action;
 pub mod metrics;
 pub mod offsets;
 pub mod rebalance;
+pub mod signing_keys;
 pub mod trace_context;
 
 use std::collections::HashMap;
@@ -44,11 +46,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use commits::CommitClock;
 pub use config::ExecutorConfig;
 use in_flight::InFlight;
 use metrics::Metrics;
 use offsets::OffsetTracker;
 use rebalance::ExecutorContext;
+use signing_keys::SigningKeys;
 
 /// Most messages started by one statement.
 const START_BATCH: usize = 1_000;
@@ -65,6 +69,9 @@ pub struct App {
     actions: task::ActionCache,
     /// Tasks started here whose outcome is not written yet.
     in_flight: Arc<InFlight>,
+    commits: Arc<CommitClock>,
+    /// Each namespace's secrets, which sign its callbacks.
+    signing: Arc<SigningKeys>,
     metrics: Metrics,
     listener: Option<TcpListener>,
     addr: SocketAddr,
@@ -124,6 +131,8 @@ impl App {
         let in_flight = Arc::new(InFlight::default());
         let metrics = Metrics::new();
         punctual_shared::service_metrics::register(&metrics.registry, "executor", &pool);
+        let commits =
+            Arc::new(CommitClock::new(metrics.offset_commit_duration.clone(), metrics.offset_commits.clone()));
         let consumer: TaskConsumer = kafka::client_config(
             &config.kafka,
             &[
@@ -137,8 +146,8 @@ impl App {
                 // (with the eager default every partition was revoked and their calls in
                 // flight ran again on their new owners).
                 ("partition.assignment.strategy", "cooperative-sticky"),
-                ("enable.auto.commit", "true"),
-                ("auto.commit.interval.ms", "1000"),
+                // Committed every second by `commits::commit_periodically`, which times them.
+                ("enable.auto.commit", "false"),
                 // Offsets are stored by us, only for work whose outcome is written.
                 ("enable.auto.offset.store", "false"),
                 ("auto.offset.reset", "earliest"),
@@ -169,17 +178,20 @@ impl App {
             revoke_wait: Duration::from_millis(config.drain_timeout_ms),
             topic: config.kafka.tasks_topic.clone(),
             consumer_lag: metrics.consumer_lag.clone(),
-            offset_commits: metrics.offset_commits.clone(),
+            commits: commits.clone(),
         })
         .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
+        let signing = Arc::new(SigningKeys::default());
+        signing.refresh(&pool).await.context("reading the signing secrets")?;
         let caller = Arc::new(
             callback::Caller::new(
                 callback::CallLimits { min: config.min_calls_per_target, max: config.max_calls_per_target },
                 metrics.callbacks_waiting.clone(),
                 config.callback_allow.clone(),
             )
-            .context("creating the HTTP client")?,
+            .context("creating the HTTP client")?
+            .with_signing(signing.clone()),
         );
         tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
         Ok(Self {
@@ -191,6 +203,8 @@ impl App {
             caller,
             actions: task::ActionCache::default(),
             in_flight,
+            commits,
+            signing,
             metrics,
             listener: Some(listener),
             addr,
@@ -270,6 +284,14 @@ impl App {
                 self.metrics.partitions_unassigned.clone(),
                 watch_token.clone(),
             ),
+        );
+        tasks.spawn(
+            "offset commits",
+            commits::commit_periodically(self.consumer.clone(), self.commits.clone(), watch_token.clone()),
+        );
+        tasks.spawn(
+            "signing secrets",
+            self.signing.clone().refresh_periodically(self.pool.clone(), watch_token.clone()),
         );
         let runs = TaskTracker::new();
         let consumed = consume(&self, &offsets, &in_flight, &finished_tx, &runs, &abandon, &token).await;

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     /// Offset commits, by result: ok, error.
     pub offset_commits: IntCounterVec,
+    /// From a commit's request to its answer.
+    pub offset_commit_duration: Histogram,
     pub writeback_batch_size: Histogram,
     pub writeback_duration: Histogram,
 }
@@ -101,6 +103,14 @@ impl Metrics {
         for result in ["ok", "error"] {
             offset_commits.with_label_values(&[result]);
         }
+        let offset_commit_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "punctual_offset_commit_duration_seconds",
+                "Time from an offset commit's request to the group coordinator's answer",
+            )
+            .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+        )
+        .expect("valid metric");
         let writeback_batch_size = Histogram::with_opts(
             HistogramOpts::new("punctual_writeback_batch_size", "Outcomes written by one statement")
                 .buckets(vec![1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0]),
@@ -124,6 +134,7 @@ impl Metrics {
         register(Box::new(partitions_unassigned.clone()));
         register(Box::new(consumer_lag.clone()));
         register(Box::new(offset_commits.clone()));
+        register(Box::new(offset_commit_duration.clone()));
         register(Box::new(writeback_batch_size.clone()));
         register(Box::new(writeback_duration.clone()));
         Self {
@@ -138,6 +149,7 @@ impl Metrics {
             partitions_unassigned,
             consumer_lag,
             offset_commits,
+            offset_commit_duration,
             writeback_batch_size,
             writeback_duration,
         }

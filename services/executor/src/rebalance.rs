@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGaugeVec};
+use prometheus::IntGaugeVec;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::statistics::Statistics;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
 
+use crate::commits::CommitClock;
 use crate::in_flight::InFlight;
 
 /// Before partitions are revoked, lets the calls in flight on them finish and their
@@ -24,7 +24,7 @@ pub struct ExecutorContext {
     /// The tasks topic, whose partitions' lag is reported.
     pub topic: String,
     pub consumer_lag: IntGaugeVec,
-    pub offset_commits: IntCounterVec,
+    pub commits: Arc<CommitClock>,
 }
 
 impl ClientContext for ExecutorContext {
@@ -70,21 +70,14 @@ impl ConsumerContext for ExecutorContext {
         if left > 0 {
             tracing::warn!(left, partitions = ?revoked, "calls still running as their partitions are revoked: they may run again");
         }
+        self.commits.requested();
         if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "commit before the revocation");
         }
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => self.offset_commits.with_label_values(&["ok"]).inc(),
-            // Nothing to commit since the last commit: not a failure.
-            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                self.offset_commits.with_label_values(&["error"]).inc();
-                tracing::debug!(error = %e, "offset commit failed");
-            }
-        }
+        self.commits.answered(&result);
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use punctual_shared::periodic::Ticks;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -51,13 +52,8 @@ async fn read(pool: &PgPool) -> Result<Figures, sqlx::Error> {
 }
 
 pub async fn run(pool: PgPool, ownership: Arc<Ownership>, gauges: ClusterGauges, token: CancellationToken) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticks = Ticks::every(EVERY, token);
+    while ticks.next().await {
         if !ownership.holds_bucket(READER_BUCKET) {
             set(&gauges, None);
             continue;

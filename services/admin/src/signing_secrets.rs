@@ -1,0 +1,134 @@
+//! `/v1/namespaces/{namespace}/signing-secrets`: the Standard Webhooks secrets that sign a
+//! namespace's callbacks. A secret is shown once, when it is created; afterwards only its
+//! id, a short prefix and its age. Rotation: create a new one (calls then carry both
+//! signatures, within 5 s), give it to the targets, delete the old one.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use punctual_shared::timer::{check_namespace, FieldError};
+use punctual_shared::webhook_signature::{SigningSecret, SECRET_PREFIX};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::api::{parse_json, AppState};
+use crate::error::ApiError;
+
+/// Most secrets a namespace holds at once: rotation needs two.
+pub const MAX_SECRETS_PER_NAMESPACE: i64 = 5;
+/// How many characters of a secret's key a listing shows, to tell secrets apart.
+const SHOWN_PREFIX_CHARS: usize = 4;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/namespaces/{namespace}/signing-secrets", get(list).post(create))
+        .route("/v1/namespaces/{namespace}/signing-secrets/{id}", delete(remove))
+        .with_state(state)
+}
+
+/// `POST` body: empty (a new random secret), or `{"secret": "whsec_…"}` to bring one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSecret {
+    secret: Option<String>,
+}
+
+/// A secret as created: the only answer that shows it.
+#[derive(Debug, Serialize)]
+struct CreatedSecret {
+    id: Uuid,
+    namespace: String,
+    secret: String,
+    created_at: DateTime<Utc>,
+}
+
+/// A secret as listed: never the secret itself.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+struct ListedSecret {
+    id: Uuid,
+    namespace: String,
+    /// `whsec_` and the key's first characters.
+    prefix: String,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize)]
+struct SecretList {
+    signing_secrets: Vec<ListedSecret>,
+}
+
+fn namespace(namespace: &str) -> Result<(), ApiError> {
+    check_namespace(namespace).map_err(ApiError::from)
+}
+
+async fn create(
+    State(state): State<AppState>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CreatedSecret>), ApiError> {
+    namespace(&ns)?;
+    let request: CreateSecret = if body.is_empty() { CreateSecret::default() } else { parse_json(&headers, &body)? };
+    let secret = match request.secret {
+        Some(given) => given.parse::<SigningSecret>().map_err(|e| FieldError::new("secret", e.to_string()))?,
+        None => SigningSecret::generate(),
+    };
+    let encoded = secret.encoded();
+    // Concurrent creates in one namespace take turns, so the count holds.
+    let mut tx = state.pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('signing_secrets ' || $1))").bind(&ns).execute(&mut *tx).await?;
+    let created: Option<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+        "INSERT INTO signing_secrets (namespace, secret)
+         SELECT $1, $2 WHERE (SELECT count(*) FROM signing_secrets WHERE namespace = $1) < $3
+         RETURNING id, created_at",
+    )
+    .bind(&ns)
+    .bind(&encoded)
+    .bind(MAX_SECRETS_PER_NAMESPACE)
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let Some((id, created_at)) = created else {
+        return Err(ApiError::Conflict {
+            field: None,
+            detail: format!(
+                "namespace {ns} holds {MAX_SECRETS_PER_NAMESPACE} signing secrets already: delete one first"
+            ),
+        });
+    };
+    Ok((StatusCode::CREATED, Json(CreatedSecret { id, namespace: ns, secret: encoded, created_at })))
+}
+
+async fn list(State(state): State<AppState>, Path(ns): Path<String>) -> Result<Json<SecretList>, ApiError> {
+    namespace(&ns)?;
+    let signing_secrets = sqlx::query_as::<_, ListedSecret>(
+        "SELECT id, namespace, left(secret, $2) || '…' AS prefix, created_at
+           FROM signing_secrets WHERE namespace = $1 ORDER BY created_at, id",
+    )
+    .bind(&ns)
+    .bind((SECRET_PREFIX.len() + SHOWN_PREFIX_CHARS) as i32)
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(SecretList { signing_secrets }))
+}
+
+async fn remove(State(state): State<AppState>, Path((ns, id)): Path<(String, String)>) -> Result<StatusCode, ApiError> {
+    namespace(&ns)?;
+    let unknown = || ApiError::NotFound(format!("no signing secret {id} in namespace {ns}"));
+    let Ok(secret_id) = Uuid::parse_str(&id) else {
+        return Err(unknown());
+    };
+    let deleted = sqlx::query("DELETE FROM signing_secrets WHERE namespace = $1 AND id = $2")
+        .bind(&ns)
+        .bind(secret_id)
+        .execute(&state.pool)
+        .await?
+        .rows_affected();
+    if deleted == 0 {
+        return Err(unknown());
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

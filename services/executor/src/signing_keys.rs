@@ -1,0 +1,69 @@
+//! Each namespace's signing secrets (table `signing_secrets`), held in memory and read again
+//! every few seconds: a callback is signed without a query, and a secret added or removed
+//! is used or dropped within [`REFRESH_INTERVAL`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use punctual_shared::periodic::Ticks;
+use punctual_shared::webhook_signature::SigningSecret;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// How often the secrets are read again.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The secrets of each namespace that has any, oldest first.
+#[derive(Debug, Default)]
+pub struct SigningKeys {
+    by_namespace: RwLock<HashMap<String, Arc<[SigningSecret]>>>,
+}
+
+impl SigningKeys {
+    /// The namespace's secrets; none when it has none (its calls go unsigned).
+    pub fn get(&self, namespace: &str) -> Option<Arc<[SigningSecret]>> {
+        self.by_namespace.read().unwrap_or_else(|e| e.into_inner()).get(namespace).cloned()
+    }
+
+    /// Reads every namespace's secrets. A secret that is not a valid `whsec_…` value (one
+    /// written with SQL) is left out and logged; the namespace's others still sign.
+    pub async fn refresh(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT namespace, secret FROM signing_secrets ORDER BY namespace, created_at, id")
+                .fetch_all(pool)
+                .await?;
+        let mut by_namespace: HashMap<String, Vec<SigningSecret>> = HashMap::new();
+        let mut invalid = 0;
+        for (namespace, secret) in rows {
+            match secret.parse::<SigningSecret>() {
+                Ok(secret) => by_namespace.entry(namespace).or_default().push(secret),
+                Err(e) => {
+                    invalid += 1;
+                    tracing::debug!(%namespace, error = %e, "signing secret left out");
+                }
+            }
+        }
+        let by_namespace = by_namespace.into_iter().map(|(ns, secrets)| (ns, Arc::from(secrets))).collect();
+        let mut held = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        if invalid > 0 && *held != by_namespace {
+            tracing::warn!(
+                invalid,
+                "signing secrets that are not whsec_ followed by a 24- to 64-byte base64 key are not used"
+            );
+        }
+        *held = by_namespace;
+        Ok(())
+    }
+
+    /// Refreshes every [`REFRESH_INTERVAL`] until cancelled; a failed read keeps the
+    /// secrets held.
+    pub async fn refresh_periodically(self: Arc<Self>, pool: PgPool, token: CancellationToken) {
+        let mut ticks = Ticks::every_from_now(REFRESH_INTERVAL, token);
+        while ticks.next().await {
+            if let Err(e) = self.refresh(&pool).await {
+                tracing::warn!(error = %e, "reading the signing secrets failed; the ones held still sign");
+            }
+        }
+    }
+}
