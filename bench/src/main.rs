@@ -155,8 +155,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    punctual_shared::telemetry::init()?;
-    match Cli::parse().command {
+    let telemetry = punctual_shared::telemetry::init("punctual-bench")?;
+    let result = match Cli::parse().command {
         Command::Run { smoke, out, rates, servers } => run(smoke, &out, rates, servers).await,
         Command::Sustained { rate, duration, scanners, executors, servers } => {
             scenarios::sustained(&servers.start(), rate, duration, scanners, executors).await.map(drop)
@@ -182,7 +182,9 @@ async fn main() -> anyhow::Result<()> {
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)
         }
-    }
+    };
+    telemetry.shutdown().await;
+    result
 }
 
 /// Every scenario in turn. The smoke mode fails if anything was lost, so CI notices a

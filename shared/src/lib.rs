@@ -7,6 +7,7 @@ pub mod config;
 pub mod db;
 pub mod kafka;
 pub mod ops;
+pub mod otlp;
 pub mod periodic;
 pub mod policy;
 pub mod readiness;

@@ -12,10 +12,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    punctual_shared::telemetry::init()?;
+    let telemetry = punctual_shared::telemetry::init("punctual-admin")?;
     let config = AdminConfig::parse();
     let app = App::build(config).await?;
     let token = CancellationToken::new();
     tokio::spawn(punctual_shared::ops::cancel_on_signal(token.clone()));
-    app.run_until_stopped(token).await
+    let stopped = app.run_until_stopped(token).await;
+    telemetry.shutdown().await;
+    stopped
 }

@@ -433,7 +433,9 @@ async fn request(
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
     // A timer's own traceparent header, if it sets one, is kept.
     if !headers.contains_key("traceparent") {
-        let span_id = crate::trace_context::new_span_id();
+        // The run's exported span when spans are exported (so the target's spans join
+        // it), else an id of the attempt's own.
+        let span_id = punctual_shared::otlp::current_span_id().unwrap_or_else(crate::trace_context::new_span_id);
         let traceparent = crate::trace_context::traceparent(task.timer_id, task.scheduled_at, span_id);
         headers.insert("traceparent", HeaderValue::from_str(&traceparent).expect("hex digits and dashes"));
     }

@@ -484,7 +484,7 @@ async fn consume(
                 let _ = finished_tx.send(Finished { outcome, dead_letter, position, _permit: slot });
             };
             // Every event of the run carries the occurrence (a debug span: free unless
-            // RUST_LOG enables it, e.g. punctual_executor=debug).
+            // RUST_LOG enables it, e.g. punctual_executor=debug, or spans are exported).
             let span = tracing::debug_span!(
                 "run",
                 task_id = started_task_id,
@@ -492,6 +492,7 @@ async fn consume(
                 scheduled_at = %scheduled_at,
                 attempt,
             );
+            punctual_shared::otlp::set_occurrence_parent(&span, trace_context::trace_id(timer_id, scheduled_at));
             runs.spawn(
                 async move {
                     tokio::select! {
