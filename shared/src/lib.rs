@@ -20,4 +20,5 @@ pub mod target_guard;
 pub mod task;
 pub mod telemetry;
 pub mod timer;
+pub mod trace_context;
 pub mod webhook_signature;

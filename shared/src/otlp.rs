@@ -3,10 +3,10 @@
 //! says) go to a collector such as the OpenTelemetry Collector, Jaeger or Tempo.
 //!
 //! An occurrence is one trace, whose id is derived from its identity
-//! (`trace_context` in the executor): a run's span is given that trace and a parent span
-//! derived from it too, the occurrence's (not exported: the trace shows it as its missing
-//! root), and a callback's `traceparent` names the run's span, so the target's own spans
-//! join the same trace.
+//! ([`crate::trace_context`]): the scanner's `publish` span and the executor's `run` spans
+//! are given that trace and a parent span derived from it too, the occurrence's (not
+//! exported: the trace shows it as its missing root), and a callback's `traceparent` names
+//! the run's span, so the target's own spans join the same trace.
 
 use std::time::Duration;
 
@@ -80,6 +80,9 @@ pub async fn shutdown(provider: Provider) {
 /// Puts `span` in the occurrence's trace, under the occurrence's span. Call it before the
 /// span is first entered. Does nothing when spans are not exported.
 pub fn set_occurrence_parent(span: &tracing::Span, trace_id: u128) {
+    if span.is_disabled() {
+        return;
+    }
     let parent = SpanContext::new(
         TraceId::from(trace_id),
         SpanId::from(occurrence_span_id(trace_id)),

@@ -1,5 +1,6 @@
-//! Trace export over OTLP: with `PUNCTUAL_OTLP_ENDPOINT` set, the executor exports a span
-//! per run into the occurrence's trace, and each callback's `traceparent` names that span,
+//! Trace export over OTLP: with `PUNCTUAL_OTLP_ENDPOINT` set, the scanner exports a span per
+//! publication and the executor one per run into the occurrence's trace, and each
+//! callback's `traceparent` names the run's span,
 //! so a target's spans join the trace. The collector is a local HTTP server that keeps
 //! what it receives (OTLP/HTTP with JSON bodies).
 
@@ -52,9 +53,9 @@ impl Collector {
         (collector, addr)
     }
 
-    fn runs_in(&self, trace_id: &str) -> Vec<(String, Value)> {
+    fn spans_in(&self, trace_id: &str, name: &str) -> Vec<(String, Value)> {
         let spans = self.spans.lock().unwrap();
-        spans.iter().filter(|(_, s)| s["name"] == "run" && s["traceId"] == trace_id).cloned().collect()
+        spans.iter().filter(|(_, s)| s["name"] == name && s["traceId"] == trace_id).cloned().collect()
     }
 }
 
@@ -88,10 +89,22 @@ async fn each_run_is_a_span_of_its_occurrences_trace_and_its_callback_names_it()
 
     // The batch exporter sends every 5 s.
     let runs = eventually(Duration::from_secs(30), "both runs' spans", || async {
-        let runs = collector.runs_in(&trace_id);
+        let runs = collector.spans_in(&trace_id, "run");
         (runs.len() == 2).then_some(runs)
     })
     .await;
+    // The scanner's publishing of each attempt is in the trace too, under the same parent.
+    let publishes = eventually(Duration::from_secs(30), "both attempts' publish spans", || async {
+        let publishes = collector.spans_in(&trace_id, "publish");
+        let attempts: Vec<String> =
+            publishes.iter().filter_map(|(_, s)| attribute(s, "attempt").map(|v| v["intValue"].to_string())).collect();
+        (attempts.contains(&"\"1\"".to_owned()) && attempts.contains(&"\"2\"".to_owned())).then_some(publishes)
+    })
+    .await;
+    for (service, span) in &publishes {
+        assert_eq!(service, "punctual-scanner");
+        assert_eq!(span["parentSpanId"], trace_id[16..], "{span}");
+    }
     for (attempt, parts) in traceparents.iter().enumerate() {
         let (service, span) = runs
             .iter()

@@ -435,8 +435,9 @@ async fn request(
     if !headers.contains_key("traceparent") {
         // The run's exported span when spans are exported (so the target's spans join
         // it), else an id of the attempt's own.
-        let span_id = punctual_shared::otlp::current_span_id().unwrap_or_else(crate::trace_context::new_span_id);
-        let traceparent = crate::trace_context::traceparent(task.timer_id, task.scheduled_at, span_id);
+        let span_id =
+            punctual_shared::otlp::current_span_id().unwrap_or_else(punctual_shared::trace_context::new_span_id);
+        let traceparent = punctual_shared::trace_context::traceparent(task.timer_id, task.scheduled_at, span_id);
         headers.insert("traceparent", HeaderValue::from_str(&traceparent).expect("hex digits and dashes"));
     }
     let body = match &task.action.http_body {
@@ -713,7 +714,7 @@ mod tests {
         assert_eq!(received.headers["content-type"], "application/json");
         assert_eq!(received.headers["x-punctual-attempt"], "1");
         assert!(received.headers["user-agent"].to_str().unwrap().starts_with("punctual/"));
-        let trace_id = format!("{:032x}", crate::trace_context::trace_id(task.timer_id, task.scheduled_at));
+        let trace_id = format!("{:032x}", punctual_shared::trace_context::trace_id(task.timer_id, task.scheduled_at));
         let traceparent = received.headers["traceparent"].to_str().unwrap();
         assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent}");
         assert_eq!(received.idempotency_key.as_deref(), Some(task.identity().as_str()));

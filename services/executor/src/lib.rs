@@ -21,7 +21,6 @@ pub mod metrics;
 pub mod offsets;
 pub mod rebalance;
 pub mod signing_keys;
-pub mod trace_context;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -492,7 +491,10 @@ async fn consume(
                 scheduled_at = %scheduled_at,
                 attempt,
             );
-            punctual_shared::otlp::set_occurrence_parent(&span, trace_context::trace_id(timer_id, scheduled_at));
+            punctual_shared::otlp::set_occurrence_parent(
+                &span,
+                punctual_shared::trace_context::trace_id(timer_id, scheduled_at),
+            );
             runs.spawn(
                 async move {
                     tokio::select! {

@@ -9,6 +9,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
 use punctual_shared::task::{ClaimedTask, TaskMessage};
+use punctual_shared::{otlp, trace_context};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::leases::Ownership;
 use crate::metrics::Metrics;
@@ -78,7 +80,7 @@ impl Publisher {
     /// the task's epoch: another scanner may own it now (a scanner frozen past its lease
     /// must not publish what it no longer holds; should it, the executor refuses the
     /// message's epoch).
-    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<(i64, DeliveryFuture)>) -> Generation {
+    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<Pending>) -> Generation {
         let now = Utc::now();
         let (generation, producer) = self.producer.get();
         for t in tasks {
@@ -100,7 +102,19 @@ impl Publisher {
                 Ok(delivery) => {
                     let lag = (now - self.publish_at(&t)).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     self.metrics.publish_lag.observe(lag.max(0.0));
-                    pending.push((t.id, delivery));
+                    // From the hand-off to the broker's acknowledgement, in the occurrence's
+                    // trace (a debug span: free unless enabled or exported).
+                    let span = tracing::debug_span!(
+                        "publish",
+                        task_id = t.id,
+                        timer_id = %t.timer_id,
+                        scheduled_at = %t.scheduled_at,
+                        attempt = t.attempt,
+                        bucket = t.bucket,
+                        partition,
+                    );
+                    otlp::set_occurrence_parent(&span, trace_context::trace_id(t.timer_id, t.scheduled_at));
+                    pending.push(Pending { task_id: t.id, delivery, span });
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
@@ -177,8 +191,16 @@ impl FailureNote {
     }
 }
 
-async fn await_deliveries(pending: Vec<(i64, DeliveryFuture)>, metrics: Metrics, failures: FailureNote) {
-    let mut futures: FuturesUnordered<_> = pending.into_iter().map(|(id, f)| async move { (id, f.await) }).collect();
+/// A message handed to the producer, until the broker acknowledges it.
+struct Pending {
+    task_id: i64,
+    delivery: DeliveryFuture,
+    span: tracing::Span,
+}
+
+async fn await_deliveries(pending: Vec<Pending>, metrics: Metrics, failures: FailureNote) {
+    let mut futures: FuturesUnordered<_> =
+        pending.into_iter().map(|p| async move { (p.task_id, p.delivery.instrument(p.span).await) }).collect();
     while let Some((id, result)) = futures.next().await {
         match result {
             Ok(Ok(_)) => metrics.published.inc(),
