@@ -8,6 +8,7 @@
 //! exported: the trace shows it as its missing root), and a callback's `traceparent` names
 //! the run's span, so the target's own spans join the same trace.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider};
@@ -98,8 +99,19 @@ pub fn occurrence_span_id(trace_id: u128) -> u64 {
     (trace_id as u64).max(1)
 }
 
+/// Whether spans are exported (set once, when the exporter is installed).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Records that the exporter is installed.
+pub(crate) fn exporting() {
+    EXPORTING.store(true, Ordering::Relaxed);
+}
+
 /// The exported id of the current span, when spans are exported.
 pub fn current_span_id() -> Option<u64> {
+    if !EXPORTING.load(Ordering::Relaxed) {
+        return None;
+    }
     let context = tracing::Span::current().context();
     let span = context.span();
     let span_context = span.span_context();

@@ -4,6 +4,7 @@
 //! ([`crate::otlp`]).
 
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
@@ -43,21 +44,36 @@ pub fn init(service: &'static str) -> Result<Telemetry, TelemetryError> {
         "json" => true,
         other => return Err(TelemetryError::UnknownLogFormat(other.to_owned())),
     };
-    // A filter of the log's own: the exporter's spans are enabled whatever RUST_LOG says.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (installed, provider) = match otlp::layer(service)? {
+        // A global filter: what is not logged is never built.
+        None => (tracing_subscriber::registry().with(filter).with(log_layer(json)).try_init().is_ok(), None),
+        // The log's own filter, so that the exporter's spans are built whatever RUST_LOG says.
+        Some((export, provider)) => {
+            let installed = tracing_subscriber::registry()
+                .with(log_layer(json).with_filter(filter))
+                .with(export)
+                .try_init()
+                .is_ok();
+            if installed {
+                otlp::exporting();
+                tracing::info!(endpoint = %std::env::var(otlp::ENDPOINT_VAR).unwrap_or_default(), "exporting spans over OTLP");
+            }
+            (installed, Some(provider))
+        }
+    };
+    Ok(Telemetry { provider: provider.filter(|_| installed) })
+}
+
+/// The log's lines on stderr, as text or JSON.
+fn log_layer<S>(json: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
     let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let log = if json {
+    if json {
         log.json().flatten_event(true).with_current_span(true).with_span_list(false).boxed()
     } else {
         log.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed()
-    };
-    let (export, provider) = match otlp::layer(service)? {
-        Some((layer, provider)) => (Some(layer), Some(provider)),
-        None => (None, None),
-    };
-    let installed = tracing_subscriber::registry().with(log.with_filter(filter)).with(export).try_init().is_ok();
-    if installed && provider.is_some() {
-        tracing::info!(endpoint = %std::env::var(otlp::ENDPOINT_VAR).unwrap_or_default(), "exporting spans over OTLP");
     }
-    Ok(Telemetry { provider: provider.filter(|_| installed) })
 }
