@@ -1,5 +1,6 @@
 //! The services' logs: one JSON object a line with `PUNCTUAL_LOG_FORMAT=json`, and no
-//! secret in any line, even at the debug level.
+//! secret in any line (callback headers, Kafka credentials, signing secrets), even at the
+//! debug level.
 
 use std::time::Duration;
 
@@ -19,12 +20,20 @@ async fn json_logs_at_debug_level_carry_no_secret() {
         ("PUNCTUAL_KAFKA_OPTIONS", format!("sasl.username=punctual;sasl.password={KAFKA_SECRET}")),
     ])
     .await;
+    // A namespace whose calls are signed: its secret is in no line either.
+    let r = stack.http.post(stack.admin.url("/v1/namespaces/default/signing-secrets")).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let signing_secret = r.json::<Value>().await.unwrap()["secret"].as_str().unwrap().to_owned();
     let timer = stack
         .create_timer(&json!({"name": "authorized", "schedule": {"every_ms": 1000},
             "action": {"http": {"url": sink.url("/hook"), "headers": {"Authorization": format!("Bearer {HEADER_SECRET}")}}}}))
         .await;
     punctual_testkit::eventually(Duration::from_secs(30), "three calls", || async {
         (sink.calls_to("/hook").len() >= 3).then_some(())
+    })
+    .await;
+    punctual_testkit::eventually(Duration::from_secs(30), "a signed call", || async {
+        sink.calls_to("/hook").iter().any(|c| c.headers.contains_key("webhook-signature")).then_some(())
     })
     .await;
     let call = &sink.calls_to("/hook")[0];
@@ -42,7 +51,7 @@ async fn json_logs_at_debug_level_carry_no_secret() {
                 serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {line}", service.name));
             assert!(event["level"].is_string() && event["timestamp"].is_string(), "{}: {line}", service.name);
         }
-        for secret in [HEADER_SECRET, KAFKA_SECRET] {
+        for secret in [HEADER_SECRET, KAFKA_SECRET, &signing_secret["whsec_".len()..]] {
             let leaks: Vec<&&str> = lines.iter().filter(|l| l.contains(secret)).collect();
             assert!(leaks.is_empty(), "{} logged a secret:\n{leaks:?}", service.name);
         }
