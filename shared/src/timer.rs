@@ -378,7 +378,10 @@ pub struct TimerRow {
     pub overlap_policy: String,
     pub dst_gap: String,
     pub state: String,
+    /// Bumped by every change of the schedule or action (tasks of older versions are not run).
     pub version: i64,
+    /// Bumped by every change of the timer a user can make (what a PATCH is conditional on).
+    pub revision: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub plan_status: String,
@@ -531,6 +534,7 @@ impl TimerRow {
             "overlap_policy": self.overlap_policy,
             "state": self.state,
             "version": self.version,
+            "revision": self.revision,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "plan_status": self.plan_status,

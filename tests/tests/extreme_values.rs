@@ -57,7 +57,7 @@ async fn extreme_values_are_refused_or_marked_invalid_while_other_timers_fire_on
         assert_eq!(content_type, "application/problem+json");
     }
     // A PATCH to such a value too, and the timer stays as it was.
-    let patch = json!({"version": steady["version"], "catchup_window_ms": i64::MAX});
+    let patch = json!({"revision": steady["revision"], "catchup_window_ms": i64::MAX});
     let r = stack.http.patch(stack.admin.url(&format!("/v1/timers/{steady_id}"))).json(&patch).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 422);
     let listed: Value =

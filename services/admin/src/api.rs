@@ -213,15 +213,17 @@ async fn patch_timer(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let patch: serde_json::Map<String, Value> = parse_json(&headers, &body)?;
-    let version = match patch.get("version") {
+    let revision = match patch.get("revision") {
         Some(v) => v.as_i64().ok_or_else(|| ApiError::BadRequest {
-            field: Some("version".into()),
-            detail: "version: must be an integer".into(),
+            field: Some("revision".into()),
+            detail: "revision: must be an integer".into(),
         })?,
         None => {
             return Err(ApiError::BadRequest {
-                field: Some("version".into()),
-                detail: "version: required: the version you read, so that concurrent edits are not lost".into(),
+                field: Some("revision".into()),
+                detail: "revision: required: the revision you read (every change of the timer bumps it), so that \
+                         concurrent edits are not lost"
+                    .into(),
             })
         }
     };
@@ -235,7 +237,8 @@ async fn patch_timer(
     }
     for (key, value) in patch {
         match key.as_str() {
-            "version" => {}
+            // Read-only: `version` follows the schedule and action.
+            "revision" | "version" => {}
             "namespace" if value != view["namespace"] => {
                 return Err(
                     FieldError::new("namespace", "cannot be changed; create a timer in the other namespace").into()
@@ -258,12 +261,12 @@ async fn patch_timer(
     let s = ScheduleColumns::from(&timer.schedule);
     let sql = format!(
         "UPDATE timers SET ({DEFINITION_COLUMNS}) = ROW({DEFINITION_PARAMS})
-          WHERE id = ${NEXT_PARAM} AND version = ${} AND state <> 'deleted' RETURNING *",
+          WHERE id = ${NEXT_PARAM} AND revision = ${} AND state <> 'deleted' RETURNING *",
         NEXT_PARAM + 1
     );
     let updated = match bind_definition(sqlx::query_as(&sql), &timer, &s)
         .bind(id)
-        .bind(version)
+        .bind(revision)
         .fetch_optional(&state.pool)
         .await
     {
@@ -279,10 +282,10 @@ async fn patch_timer(
         None => {
             let now = fetch_timer(&state.pool, id).await?;
             Err(ApiError::Conflict {
-                field: Some("version".into()),
+                field: Some("revision".into()),
                 detail: format!(
-                    "version: the timer is at version {}, not {version}: read it again and retry",
-                    now.version
+                    "revision: the timer is at revision {}, not {revision}: read it again and retry",
+                    now.revision
                 ),
             })
         }

@@ -225,48 +225,76 @@ async fn unknown_and_malformed_ids() {
 }
 
 #[tokio::test]
-async fn patch_changes_the_definition_with_a_version_check() {
+async fn patch_changes_the_timer_conditional_on_its_revision() {
     let api = spawn_api().await;
     let (_, _, timer) = api.post("/v1/timers", &example()).await;
+    assert_eq!((timer["version"].as_i64(), timer["revision"].as_i64()), (Some(1), Some(1)));
     let id = timer["id"].as_str().unwrap().to_owned();
     let patch = |body: Value| {
         let client = api.client.clone();
         let url = format!("{}/v1/timers/{id}", api.base);
         async move { Api::read(client.patch(url).json(&body).send().await.unwrap()).await }
     };
-    let (status, _, changed) = patch(json!({"version": 1, "schedule": {"every_ms": 60000}, "overlap_policy": "skip",
+    let (status, _, changed) = patch(json!({"revision": 1, "schedule": {"every_ms": 60000}, "overlap_policy": "skip",
                                             "retry": {"max_attempts": 5}}))
     .await;
     assert_eq!(status, 200, "{changed}");
-    assert_eq!(changed["version"], 2);
+    assert_eq!((changed["version"].as_i64(), changed["revision"].as_i64()), (Some(2), Some(2)));
     assert_eq!(changed["schedule"], json!({"every_ms": 60000}));
     assert_eq!(changed["overlap_policy"], "skip");
     assert_eq!(changed["retry"]["max_attempts"], 5);
     assert_eq!(changed["action"], timer["action"], "what the patch does not name stays");
     assert_eq!(changed["plan_status"], "new", "re-planned with the new schedule");
 
-    // A writer holding the old version loses, and nothing is written.
-    let (status, ct, problem) = patch(json!({"version": 1, "name": "other"})).await;
+    // A writer holding the old revision loses, and nothing is written.
+    let (status, ct, problem) = patch(json!({"revision": 1, "name": "other"})).await;
     assert_eq!(
         (status, ct.as_deref(), &problem["field"]),
-        (409, Some("application/problem+json"), &json!("version")),
+        (409, Some("application/problem+json"), &json!("revision")),
         "{problem}"
     );
     let (_, _, now) = api.get(&format!("/v1/timers/{id}")).await;
-    assert_eq!((now["name"].as_str(), now["version"].as_i64()), (Some("nightly-invoices"), Some(2)));
+    assert_eq!((now["name"].as_str(), now["revision"].as_i64()), (Some("nightly-invoices"), Some(2)));
+
+    // A change of name, retry or policy leaves the version (the tasks planned stay) but
+    // bumps the revision: of two writers who read revision 2, the second loses.
+    for (first, second) in [
+        (json!({"name": "renamed"}), json!({"name": "renamed-again"})),
+        (json!({"retry": {"max_attempts": 2}}), json!({"retry": {"max_attempts": 9}})),
+        (json!({"misfire_policy": "skip"}), json!({"misfire_policy": "fire_all"})),
+        (json!({"catchup_window_ms": 1000}), json!({"catchup_window_ms": 2000})),
+        (json!({"overlap_policy": "allow"}), json!({"overlap_policy": "buffer_one"})),
+    ] {
+        let (_, _, read) = api.get(&format!("/v1/timers/{id}")).await;
+        let revision = read["revision"].as_i64().unwrap();
+        let with_revision = |mut body: Value| {
+            body["revision"] = json!(revision);
+            body
+        };
+        let (status, _, won) = patch(with_revision(first.clone())).await;
+        assert_eq!((status, won["revision"].as_i64(), won["version"].as_i64()), (200, Some(revision + 1), Some(2)));
+        let (status, _, problem) = patch(with_revision(second.clone())).await;
+        assert_eq!((status, &problem["field"]), (409, &json!("revision")), "{second}: {problem}");
+    }
+    let (_, _, paused) = api.post(&format!("/v1/timers/{id}/pause"), &json!({})).await;
+    let (_, _, before) = api.get(&format!("/v1/timers/{id}")).await;
+    assert_eq!(paused["revision"], before["revision"]);
+    assert_eq!(paused["revision"].as_i64(), Some(8), "a pause is a change too");
 
     for (body, status, field) in [
-        (json!({"schedule": {"every_ms": 60000}}), 400, "version"),
-        (json!({"version": 2, "schedule": {"cron": "nope"}}), 422, "schedule.cron"),
-        (json!({"version": 2, "namespace": "elsewhere"}), 422, "namespace"),
-        (json!({"version": 2, "colour": "red"}), 400, "colour"),
-        (json!({"version": 2, "overlap_policy": "sometimes"}), 400, "overlap_policy"),
+        (json!({"schedule": {"every_ms": 60000}}), 400, "revision"),
+        (json!({"version": 2, "schedule": {"every_ms": 60000}}), 400, "revision"),
+        (json!({"revision": "8"}), 400, "revision"),
+        (json!({"revision": 8, "schedule": {"cron": "nope"}}), 422, "schedule.cron"),
+        (json!({"revision": 8, "namespace": "elsewhere"}), 422, "namespace"),
+        (json!({"revision": 8, "colour": "red"}), 400, "colour"),
+        (json!({"revision": 8, "overlap_policy": "sometimes"}), 400, "overlap_policy"),
     ] {
         let (got, _, problem) = patch(body.clone()).await;
         assert_eq!((got, &problem["field"]), (status, &json!(field)), "{body} → {problem}");
     }
     let (_, _, after) = api.get(&format!("/v1/timers/{id}")).await;
-    assert_eq!(after["version"], 2, "rejected patches write nothing");
+    assert_eq!(after["revision"], 8, "rejected patches write nothing");
 }
 
 #[tokio::test]
