@@ -5,11 +5,13 @@
 pub mod bucket;
 pub mod config;
 pub mod db;
+pub mod http_server;
 pub mod kafka;
 pub mod ops;
 pub mod otlp;
 pub mod periodic;
 pub mod policy;
+pub mod problem;
 pub mod readiness;
 pub mod retention;
 pub mod retry;

@@ -41,9 +41,10 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)
     Ok((listener, local))
 }
 
-/// Serves `router` until `token` is cancelled, then finishes the requests in flight.
+/// Serves `router` until `token` is cancelled, then finishes the requests in flight
+/// (bounded: see [`crate::http_server`]).
 pub async fn serve(listener: TcpListener, router: Router, token: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(token.cancelled_owned()).await
+    crate::http_server::serve(listener, router, token).await
 }
 
 /// A histogram of fire lag in seconds, with buckets from 1 ms to 60 s.

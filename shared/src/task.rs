@@ -836,6 +836,24 @@ pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
     .await
 }
 
+/// Adds an occurrence of an active timer at `at`, due at once, beside its schedule's (the
+/// operator's "run now"): it is claimed, published and run like any other, with its own
+/// identity. Returns its task id, or `None` when the timer is not active or already has an
+/// occurrence at `at`.
+pub async fn trigger(db: &PgPool, timer_id: Uuid, at: DateTime<Utc>) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
+         SELECT id, $2, $2, version, $3, 'pending' FROM timers WHERE id = $1 AND state = 'active'
+         ON CONFLICT (timer_id, scheduled_at) DO NOTHING
+         RETURNING id",
+    )
+    .bind(timer_id)
+    .bind(at)
+    .bind(bucket_of(timer_id))
+    .fetch_optional(db)
+    .await
+}
+
 /// The Kafka message for a due task. The key is the task identity; the value carries
 /// what the executor needs to find the task row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -159,6 +159,13 @@ pub struct HttpActionSpec {
     pub timeout_ms: Option<i64>,
 }
 
+/// Bounds of an HTTP callback's request, far above what a callback needs and far below
+/// what a target accepts (servers commonly refuse URLs over 8 KB and heads over 8–16 KB).
+pub const MAX_URL_BYTES: usize = 2048;
+pub const MAX_HEADERS: usize = 32;
+pub const MAX_HEADER_NAME_BYTES: usize = 256;
+pub const MAX_HEADER_VALUE_BYTES: usize = 4096;
+
 /// An HTTP callback, checked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HttpAction {
@@ -184,6 +191,12 @@ impl HttpAction {
                 format!("unsupported method {method:?}; use one of {}", HTTP_METHODS.join(", ")),
             ));
         }
+        if url.len() > MAX_URL_BYTES {
+            return Err(FieldError::new(
+                "action.http.url",
+                format!("at most {MAX_URL_BYTES} bytes, got {}", url.len()),
+            ));
+        }
         let parsed = url::Url::parse(url)
             .map_err(|e| FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}")))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
@@ -192,11 +205,29 @@ impl HttpAction {
                 format!("must be an http:// or https:// URL with a host: {url:?}"),
             ));
         }
+        if headers.len() > MAX_HEADERS {
+            return Err(FieldError::new(
+                "action.http.headers",
+                format!("at most {MAX_HEADERS} headers, got {}", headers.len()),
+            ));
+        }
         for (name, value) in &headers {
+            if name.len() > MAX_HEADER_NAME_BYTES {
+                return Err(FieldError::new(
+                    "action.http.headers",
+                    format!("a header name is at most {MAX_HEADER_NAME_BYTES} bytes, got {}", name.len()),
+                ));
+            }
             let name_ok =
                 !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !name_ok {
                 return Err(FieldError::new(format!("action.http.headers.{name}"), "not a valid header name"));
+            }
+            if value.len() > MAX_HEADER_VALUE_BYTES {
+                return Err(FieldError::new(
+                    format!("action.http.headers.{name}"),
+                    format!("at most {MAX_HEADER_VALUE_BYTES} bytes, got {}", value.len()),
+                ));
             }
             if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
                 return Err(FieldError::new(

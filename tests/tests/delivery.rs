@@ -146,3 +146,31 @@ async fn a_kafka_action_publishes_once_with_the_identity_header() {
     assert_eq!(r.status(), 422);
     assert_eq!(r.json::<Value>().await.unwrap()["field"], "action.kafka.topic");
 }
+
+/// `POST /v1/timers/{id}/trigger` runs a timer now, once, with an identity of its own,
+/// through the scanner and an executor like any occurrence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_triggered_timer_runs_now_once() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    // Its schedule fires only in an hour.
+    let timer = stack
+        .create_timer(&json!({"name": "hourly", "schedule": {"every_ms": 3_600_000},
+            "action": {"http": {"url": sink.url("/now")}}}))
+        .await;
+    let id = timer["id"].as_str().unwrap();
+    let r = stack.http.post(stack.admin.url(&format!("/v1/timers/{id}/trigger"))).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let triggered: Value = r.json().await.unwrap();
+    let calls = eventually(Duration::from_secs(30), "the triggered call", || async {
+        let calls = sink.calls_to("/now");
+        (!calls.is_empty()).then_some(calls)
+    })
+    .await;
+    assert_eq!(calls[0].idempotency_key.as_deref(), triggered["idempotency_key"].as_str());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sink.calls_to("/now").len(), 1, "once");
+    let succeeded: Vec<Value> = stack.runs(id).await.into_iter().filter(|r| r["status"] == "succeeded").collect();
+    assert_eq!(succeeded.len(), 1, "{succeeded:?}");
+    assert_eq!(succeeded[0]["scheduled_at"], triggered["scheduled_at"]);
+}

@@ -63,8 +63,13 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bo
             detail: "expected a JSON body with Content-Type: application/json".into(),
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest { field: None, detail: e.to_string() })?;
+    if let Some(field) = nul_in(&value, "") {
+        // Postgres stores no NUL in text or jsonb: refused here rather than failing there.
+        return Err(FieldError::new(field, "must not contain the NUL character (\\u0000)").into());
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = (path != ".").then_some(path);
         let inner = e.into_inner();
@@ -73,9 +78,24 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bo
             None => inner.to_string(),
         };
         ApiError::BadRequest { field, detail }
-    })?;
-    de.end().map_err(|e| ApiError::BadRequest { field: None, detail: e.to_string() })?;
-    Ok(value)
+    })
+}
+
+/// The path of the first string (or object key) that holds a NUL character, if any.
+fn nul_in(value: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(if path.is_empty() { ".".to_owned() } else { path.to_owned() }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| nul_in(item, &format!("{path}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                Some(join(&key.replace('\0', "\\u0000")))
+            } else {
+                nul_in(item, &join(key))
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// A page size: 100 unless given, at most 1000.
@@ -90,7 +110,7 @@ fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     Ok(limit)
 }
 
-fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+pub(crate) fn parse_id(id: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(id)
         .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a timer id: {id:?}") })
 }
@@ -292,7 +312,7 @@ async fn patch_timer(
     }
 }
 
-async fn fetch_timer(pool: &PgPool, id: Uuid) -> Result<TimerRow, ApiError> {
+pub(crate) async fn fetch_timer(pool: &PgPool, id: Uuid) -> Result<TimerRow, ApiError> {
     sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
         .bind(id)
         .fetch_optional(pool)

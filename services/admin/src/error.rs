@@ -1,10 +1,11 @@
-//! API errors, answered as `application/problem+json` (RFC 9457). Clients never see raw
-//! database errors: those are logged and answered with a generic 500.
+//! API errors, answered as problems ([`Problem`]: `application/problem+json`) naming the
+//! field at fault. Clients never see raw database errors: those are logged and answered
+//! with a generic 500.
 
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+pub use punctual_shared::problem::Problem;
 use punctual_shared::timer::FieldError;
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -24,29 +25,16 @@ pub enum ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, title, field, detail) = match &self {
-            ApiError::BadRequest { field, detail } => {
-                (StatusCode::BAD_REQUEST, "Malformed request", field.clone(), detail.clone())
-            }
-            ApiError::Invalid(e) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "Invalid field", Some(e.field.clone()), e.to_string())
-            }
-            ApiError::NotFound(detail) => (StatusCode::NOT_FOUND, "Not found", None, detail.clone()),
-            ApiError::Conflict { field, detail } => (StatusCode::CONFLICT, "Conflict", field.clone(), detail.clone()),
+        let problem = match self {
+            ApiError::BadRequest { field, detail } => Problem::new(StatusCode::BAD_REQUEST, detail, field),
+            ApiError::Invalid(e) => Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string(), Some(e.field)),
+            ApiError::NotFound(detail) => Problem::new(StatusCode::NOT_FOUND, detail, None),
+            ApiError::Conflict { field, detail } => Problem::new(StatusCode::CONFLICT, detail, field),
             ApiError::Database(e) => {
                 tracing::error!(error = %e, "database error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Internal error",
-                    None,
-                    "the request could not be completed; try again".to_owned(),
-                )
+                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "the request could not be completed; try again", None)
             }
         };
-        let mut body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
-        if let Some(field) = field {
-            body["field"] = json!(field);
-        }
-        (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+        problem.into_response()
     }
 }

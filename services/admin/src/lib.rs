@@ -5,6 +5,8 @@ pub mod config;
 pub mod error;
 pub mod http_metrics;
 pub mod metrics;
+pub mod operator_actions;
+pub mod query_check;
 pub mod signing_secrets;
 pub mod timer_stats;
 
@@ -18,6 +20,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use config::AdminConfig;
+
+/// The largest request body accepted (413 beyond).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 pub struct App {
     router: axum::Router,
@@ -38,8 +43,11 @@ impl App {
         let guard = std::sync::Arc::new(config.callback_allow.clone());
         let state = api::AppState { pool: pool.clone(), metrics: metrics.clone(), guard };
         let router = api::router(state.clone())
-            .merge(signing_secrets::router(state))
+            .merge(signing_secrets::router(state.clone()))
+            .merge(operator_actions::router(state))
             .merge(ops::router(metrics.registry.clone(), readiness))
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(axum::middleware::from_fn(query_check::refuse_nul))
             .layer(axum::middleware::from_fn_with_state(metrics.clone(), http_metrics::record));
         let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
         tracing::info!(%addr, "admin API ready");

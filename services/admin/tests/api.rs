@@ -345,3 +345,145 @@ async fn signing_secrets_are_shown_once_bounded_and_checked() {
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM signing_secrets").fetch_one(&api.db.pool).await.unwrap();
     assert_eq!(stored, 4);
 }
+
+#[tokio::test]
+async fn every_error_is_a_problem_and_oversized_or_nul_input_writes_nothing() {
+    let api = spawn_api().await;
+    let is_problem = |status: u16, ct: &Option<String>, problem: &Value, want: u16, kind: &str| {
+        assert_eq!((status, ct.as_deref()), (want, Some("application/problem+json")), "{problem}");
+        assert_eq!(problem["type"], format!("urn:punctual:problem:{kind}"), "{problem}");
+        assert_eq!(problem["status"], want);
+    };
+    let (status, ct, problem) = api.get("/v1/nothing").await;
+    is_problem(status, &ct, &problem, 404, "not-found");
+    let r = api.client.put(format!("{}/v1/timers", api.base)).send().await.unwrap();
+    assert!(r.headers()["allow"].to_str().unwrap().contains("POST"));
+    let (status, ct, problem) = Api::read(r).await;
+    is_problem(status, &ct, &problem, 405, "method-not-allowed");
+    let huge = format!("{{\"name\": \"{}\"}}", "x".repeat(punctual_admin::MAX_BODY_BYTES));
+    let (status, ct, problem) = api.post_raw("/v1/timers", &huge, "application/json").await;
+    is_problem(status, &ct, &problem, 413, "payload-too-large");
+    let (status, ct, problem) = api.post_raw("/v1/timers", "{", "application/json").await;
+    is_problem(status, &ct, &problem, 400, "malformed-request");
+
+    // NUL characters, which Postgres cannot store: named, never a 500.
+    let (status, ct, problem) = api.get("/v1/timers?namespace=a%00b").await;
+    is_problem(status, &ct, &problem, 400, "malformed-request");
+    assert_eq!(problem["field"], "namespace");
+    let (status, _, problem) = api.get("/v1/tasks?status=dead%00").await;
+    assert_eq!((status, &problem["field"]), (400, &json!("status")));
+    let with = |pointer: &str, value: Value| {
+        let mut body = example();
+        *body.pointer_mut(pointer).unwrap() = value;
+        body
+    };
+    let long_url = format!("https://hooks.example.com/{}", "a".repeat(2048));
+    let many_headers: serde_json::Map<String, Value> = (0..33).map(|i| (format!("X-H{i}"), json!("v"))).collect();
+    for (body, field) in [
+        (with("/action/http/body", json!({"k": ["x", "a\u{0}b"]})), "action.http.body.k[1]"),
+        (with("/action/http/url", json!("https://hooks.example.com/\u{0}")), "action.http.url"),
+        (with("/name", json!("a\u{0}")), "name"),
+        (with("/action/http/url", json!(long_url)), "action.http.url"),
+        (with("/action/http/headers", Value::Object(many_headers)), "action.http.headers"),
+        (with("/action/http/headers", json!({"X-Big": "v".repeat(4097)})), "action.http.headers.X-Big"),
+        (with("/action/http/headers", json!({"x".repeat(257): "v"})), "action.http.headers"),
+    ] {
+        let (status, ct, problem) = api.post("/v1/timers", &body).await;
+        is_problem(status, &ct, &problem, 422, "invalid-field");
+        assert_eq!(problem["field"], field, "{problem}");
+        assert!(problem.to_string().len() < 1024, "the answer does not echo the input: {problem}");
+    }
+    assert_eq!(api.timer_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_client_stalled_in_its_head_or_body_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let api = spawn_api().await;
+    let addr = api.base.trim_start_matches("http://").to_owned();
+    let stall = |request: &'static str| {
+        let addr = addr.clone();
+        async move {
+            let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let started = std::time::Instant::now();
+            let mut answer = Vec::new();
+            // Bounded only so that a regression fails instead of hanging the suite.
+            tokio::time::timeout(std::time::Duration::from_secs(120), stream.read_to_end(&mut answer))
+                .await
+                .expect("the server ends the connection")
+                .ok();
+            (started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+        }
+    };
+    let (head, body) = tokio::join!(
+        stall("GET /v1/timers HTTP/1.1\r\nHost: x\r\n"),
+        stall(
+            "POST /v1/timers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"na"
+        ),
+    );
+    println!("stalled head cut after {:?}, stalled body after {:?}", head.0, body.0);
+    assert!(head.0 >= punctual_shared::http_server::HEADER_READ_TIMEOUT);
+    assert!(body.0 >= punctual_shared::http_server::REQUEST_TIMEOUT);
+    assert!(body.1.starts_with("HTTP/1.1 408"), "{}", body.1);
+    assert!(body.1.contains("urn:punctual:problem:request-timeout"), "{}", body.1);
+}
+
+#[tokio::test]
+async fn a_schedule_is_previewed_without_creating_anything() {
+    let api = spawn_api().await;
+    let (status, _, preview) = api
+        .post(
+            "/v1/schedules/preview",
+            &json!({"schedule": {"cron": "0 0 2 * * *", "timezone": "Europe/Berlin"}, "count": 3,
+                    "from": "2026-12-05T12:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(
+        preview["fire_times"],
+        json!(["2026-12-06T01:00:00Z", "2026-12-07T01:00:00Z", "2026-12-08T01:00:00Z"]),
+        "02:00 in Berlin is 01:00 UTC in winter"
+    );
+    let (_, _, every) = api
+        .post("/v1/schedules/preview", &json!({"schedule": {"every_ms": 60000}, "from": "2026-12-05T12:00:00Z"}))
+        .await;
+    assert_eq!(every["fire_times"].as_array().unwrap().len(), 10);
+    assert_eq!(every["fire_times"][0], "2026-12-05T12:01:00Z");
+    for (body, status, field) in [
+        (json!({"schedule": {"cron": "nope"}}), 422, "schedule.cron"),
+        (json!({"schedule": {"every_ms": 1000}, "count": 0}), 422, "count"),
+        (json!({"schedule": {"every_ms": 1000}, "count": 101}), 422, "count"),
+        (json!({"schedule": {"every_ms": 1000}, "extra": 1}), 400, "extra"),
+    ] {
+        let (got, _, problem) = api.post("/v1/schedules/preview", &body).await;
+        assert_eq!((got, &problem["field"]), (status, &json!(field)), "{body}: {problem}");
+    }
+    assert_eq!(api.timer_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_trigger_adds_one_occurrence_of_an_active_timer() {
+    let api = spawn_api().await;
+    let (_, _, timer) = api.post("/v1/timers", &example()).await;
+    let id = timer["id"].as_str().unwrap();
+    let (status, _, triggered) = api.post(&format!("/v1/timers/{id}/trigger"), &json!({})).await;
+    assert_eq!(status, 202, "{triggered}");
+    let at: chrono::DateTime<chrono::Utc> = triggered["scheduled_at"].as_str().unwrap().parse().unwrap();
+    let identity = format!("{id}:{}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+    assert_eq!(triggered["idempotency_key"], identity);
+    let (task_status, scheduled): (String, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT status, scheduled_at FROM tasks WHERE id = $1")
+            .bind(triggered["task_id"].as_i64().unwrap())
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(task_status, "pending");
+    assert!((chrono::Utc::now() - scheduled).num_seconds() < 60, "due now, not at the cron's 02:00");
+
+    assert_eq!(api.post(&format!("/v1/timers/{id}/pause"), &json!({})).await.0, 200);
+    let (status, _, problem) = api.post(&format!("/v1/timers/{id}/trigger"), &json!({})).await;
+    assert_eq!(status, 409, "a paused timer is not triggered: {problem}");
+    let (status, _, _) = api.post(&format!("/v1/timers/{}/trigger", uuid::Uuid::new_v4()), &json!({})).await;
+    assert_eq!(status, 404);
+}

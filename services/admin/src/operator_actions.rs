@@ -1,0 +1,91 @@
+//! What operators do besides editing timers: run a timer now (`POST
+//! /v1/timers/{id}/trigger`) and see when a schedule would fire without creating anything
+//! (`POST /v1/schedules/preview`).
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use punctual_shared::schedule::to_millis;
+use punctual_shared::task;
+use punctual_shared::timer::{task_identity, FieldError, ScheduleSpec};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::api::{fetch_timer, parse_id, parse_json, AppState};
+use crate::error::ApiError;
+
+/// Most fire times one preview gives.
+pub const MAX_PREVIEW: usize = 100;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/timers/{id}/trigger", post(trigger))
+        .route("/v1/schedules/preview", post(preview))
+        .with_state(state)
+}
+
+/// The occurrence a trigger added.
+#[derive(Debug, Serialize)]
+struct Triggered {
+    task_id: i64,
+    timer_id: Uuid,
+    scheduled_at: DateTime<Utc>,
+    /// Its identity: the callback's `Idempotency-Key` and `webhook-id`.
+    idempotency_key: String,
+}
+
+/// `POST /v1/timers/{id}/trigger`: one extra occurrence, now (202: it runs within a
+/// second or so, through the scanner and an executor like any other).
+async fn trigger(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Triggered>), ApiError> {
+    let id = parse_id(&id)?;
+    let timer = fetch_timer(&state.pool, id).await?;
+    let conflict = |detail: String| ApiError::Conflict { field: None, detail };
+    if timer.state != "active" {
+        return Err(conflict(format!("timer {id} is {}: only an active timer is triggered", timer.state)));
+    }
+    let at = to_millis(Utc::now());
+    match task::trigger(&state.pool, id, at).await? {
+        Some(task_id) => {
+            tracing::info!(timer_id = %id, %at, task_id, "timer triggered");
+            let triggered =
+                Triggered { task_id, timer_id: id, scheduled_at: at, idempotency_key: task_identity(id, at) };
+            Ok((StatusCode::ACCEPTED, Json(triggered)))
+        }
+        // Paused or deleted meanwhile, or an occurrence at this very millisecond.
+        None => Err(conflict(format!("timer {id} changed or has an occurrence at {at} already: try again"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreviewRequest {
+    schedule: ScheduleSpec,
+    /// How many fire times (10 unless given, at most [`MAX_PREVIEW`]).
+    count: Option<usize>,
+    /// From when (now unless given); an interval counts from it as from a creation.
+    from: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Preview {
+    fire_times: Vec<DateTime<Utc>>,
+}
+
+/// `POST /v1/schedules/preview`: the next fire times of a schedule, checked exactly as a
+/// timer's is, without creating anything.
+async fn preview(headers: HeaderMap, body: Bytes) -> Result<Json<Preview>, ApiError> {
+    let request: PreviewRequest = parse_json(&headers, &body)?;
+    let count = request.count.unwrap_or(10);
+    if !(1..=MAX_PREVIEW).contains(&count) {
+        return Err(FieldError::new("count", format!("must be between 1 and {MAX_PREVIEW}, got {count}")).into());
+    }
+    let schedule = request.schedule.validate()?;
+    let from = request.from.unwrap_or_else(Utc::now);
+    Ok(Json(Preview { fire_times: schedule.upcoming(from, from, count) }))
+}
