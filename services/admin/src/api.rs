@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::secret_headers::SecretHeaders;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -27,6 +28,17 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Which callback addresses are allowed (`PUNCTUAL_CALLBACK_ALLOW`).
     pub guard: Arc<TargetGuard>,
+    /// Which callback headers no answer shows.
+    pub secret_headers: SecretHeaders,
+}
+
+impl AppState {
+    /// A timer as answered: its secret headers redacted.
+    fn view(&self, row: &TimerRow, now: DateTime<Utc>) -> Value {
+        let mut view = row.to_view(now);
+        self.secret_headers.redact(&mut view);
+        view
+    }
 }
 
 /// A callback URL whose host is a literal address the executor would refuse is refused
@@ -69,6 +81,11 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bo
         // Postgres stores no NUL in text or jsonb: refused here rather than failing there.
         return Err(FieldError::new(field, "must not contain the NUL character (\\u0000)").into());
     }
+    from_value(value)
+}
+
+/// Reads a request's JSON as `T`, naming the field at fault when its shape is wrong.
+fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = (path != ".").then_some(path);
@@ -124,14 +141,15 @@ async fn create_timer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let spec: TimerSpec = parse_json(&headers, &body)?;
-    let timer = spec.validate()?;
+    let mut spec: Value = parse_json(&headers, &body)?;
+    state.secret_headers.restore(&mut spec, None)?;
+    let timer = from_value::<TimerSpec>(spec)?.validate()?;
     check_target(&state.guard, &timer)?;
     let row = insert_timer(&state.pool, &timer).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
     let location = format!("/v1/timers/{}", row.id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(row.to_view(Utc::now()))))
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(state.view(&row, Utc::now()))))
 }
 
 /// The columns a timer's definition is written to, in the order [`bind_definition`] binds
@@ -272,10 +290,9 @@ async fn patch_timer(
             }
         }
     }
-    let spec: TimerSpec = serde_path_to_error::deserialize(Value::Object(spec)).map_err(|e| {
-        let field = e.path().to_string();
-        ApiError::BadRequest { detail: format!("{field}: {}", e.into_inner()), field: Some(field) }
-    })?;
+    let mut spec = Value::Object(spec);
+    state.secret_headers.restore(&mut spec, Some(&view))?;
+    let spec: TimerSpec = from_value(spec)?;
     let timer = spec.validate()?;
     check_target(&state.guard, &timer)?;
     let s = ScheduleColumns::from(&timer.schedule);
@@ -297,7 +314,7 @@ async fn patch_timer(
     match updated {
         Some(row) => {
             tracing::info!(timer_id = %id, version = row.version, "timer changed");
-            Ok(Json(row.to_view(Utc::now())))
+            Ok(Json(state.view(&row, Utc::now())))
         }
         None => {
             let now = fetch_timer(&state.pool, id).await?;
@@ -322,7 +339,7 @@ pub(crate) async fn fetch_timer(pool: &PgPool, id: Uuid) -> Result<TimerRow, Api
 
 async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let row = fetch_timer(&state.pool, parse_id(&id)?).await?;
-    Ok(Json(row.to_view(Utc::now())))
+    Ok(Json(state.view(&row, Utc::now())))
 }
 
 #[derive(Debug, Deserialize)]
@@ -352,7 +369,7 @@ async fn list_timers(
     let now = Utc::now();
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
     Ok(Json(json!({
-        "timers": rows.iter().map(|r| r.to_view(now)).collect::<Vec<_>>(),
+        "timers": rows.iter().map(|r| state.view(r, now)).collect::<Vec<_>>(),
         "next_after": next,
     })))
 }
@@ -370,12 +387,12 @@ async fn set_state(pool: &PgPool, id: Uuid, new_state: &str) -> Result<TimerRow,
 
 async fn pause_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "paused").await?;
-    Ok(Json(row.to_view(Utc::now())))
+    Ok(Json(state.view(&row, Utc::now())))
 }
 
 async fn resume_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let row = set_state(&state.pool, parse_id(&id)?, "active").await?;
-    Ok(Json(row.to_view(Utc::now())))
+    Ok(Json(state.view(&row, Utc::now())))
 }
 
 /// Deleting keeps the row (and its history) with `state = 'deleted'`; occurrences not yet

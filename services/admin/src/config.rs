@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use punctual_shared::config::DatabaseConfig;
 use punctual_shared::target_guard::TargetGuard;
 
+use crate::secret_headers::SecretHeaders;
+
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "punctual-admin", about = "Punctual's REST API: timers, pause/resume, run history")]
 pub struct AdminConfig {
@@ -21,4 +23,8 @@ pub struct AdminConfig {
     /// executor's): a timer whose URL is a literal address outside them is refused.
     #[arg(long, env = "PUNCTUAL_CALLBACK_ALLOW", default_value = "")]
     pub callback_allow: TargetGuard,
+    /// Callback header names whose values no answer shows, comma-separated, besides
+    /// Authorization, Proxy-Authorization, Cookie, X-Api-Key and X-Auth-Token.
+    #[arg(long, env = "PUNCTUAL_SECRET_HEADERS", default_value = "")]
+    pub secret_headers: SecretHeaders,
 }

@@ -5,8 +5,10 @@ pub mod config;
 pub mod error;
 pub mod http_metrics;
 pub mod metrics;
+pub mod namespace_stats;
 pub mod operator_actions;
 pub mod query_check;
+pub mod secret_headers;
 pub mod signing_secrets;
 pub mod timer_stats;
 
@@ -41,10 +43,16 @@ impl App {
         punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
         let guard = std::sync::Arc::new(config.callback_allow.clone());
-        let state = api::AppState { pool: pool.clone(), metrics: metrics.clone(), guard };
+        let state = api::AppState {
+            pool: pool.clone(),
+            metrics: metrics.clone(),
+            guard,
+            secret_headers: config.secret_headers.clone(),
+        };
         let router = api::router(state.clone())
             .merge(signing_secrets::router(state.clone()))
-            .merge(operator_actions::router(state))
+            .merge(operator_actions::router(state.clone()))
+            .merge(namespace_stats::router(state))
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

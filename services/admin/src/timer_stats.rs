@@ -11,6 +11,14 @@ use crate::metrics::Metrics;
 
 pub const EVERY: Duration = Duration::from_secs(15);
 
+/// A timer's state as counted: `active`, `paused`, or, whatever that, `invalid` (refused by
+/// the planner) or `finished` (nothing left to plan).
+pub const COUNTED_STATE: &str = "CASE WHEN plan_status = 'invalid' THEN 'invalid'
+                                      WHEN plan_status = 'done' THEN 'finished'
+                                      ELSE state END";
+/// Every value of [`COUNTED_STATE`].
+pub const COUNTED_STATES: [&str; 4] = ["active", "paused", "invalid", "finished"];
+
 #[derive(sqlx::FromRow)]
 struct Count {
     state: String,
@@ -24,7 +32,7 @@ pub async fn run(pool: PgPool, metrics: Metrics, by_namespace: bool, token: Canc
         match count(&pool, by_namespace).await {
             Ok(counts) => {
                 metrics.timers.reset();
-                for state in ["active", "paused", "invalid", "finished"] {
+                for state in COUNTED_STATES {
                     if !by_namespace {
                         metrics.timers.with_label_values(&[state]).set(0);
                     }
@@ -43,16 +51,12 @@ pub async fn run(pool: PgPool, metrics: Metrics, by_namespace: bool, token: Canc
 }
 
 async fn count(pool: &PgPool, by_namespace: bool) -> Result<Vec<Count>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT CASE WHEN plan_status = 'invalid' THEN 'invalid'
-                     WHEN plan_status = 'done' THEN 'finished'
-                     ELSE state END AS state,
-                CASE WHEN $1 THEN namespace ELSE '' END AS namespace,
-                count(*) AS timers
+    sqlx::query_as(&format!(
+        "SELECT {COUNTED_STATE} AS state, CASE WHEN $1 THEN namespace ELSE '' END AS namespace, count(*) AS timers
            FROM timers
           WHERE state <> 'deleted'
-          GROUP BY 1, 2",
-    )
+          GROUP BY 1, 2"
+    ))
     .bind(by_namespace)
     .fetch_all(pool)
     .await

@@ -21,6 +21,7 @@ async fn spawn_api() -> Api {
         addr: "127.0.0.1:0".parse().unwrap(),
         metrics_namespace_label: false,
         callback_allow: Default::default(),
+        secret_headers: "X-Tenant-Key".parse().unwrap(),
     };
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
@@ -486,4 +487,99 @@ async fn a_trigger_adds_one_occurrence_of_an_active_timer() {
     assert_eq!(status, 409, "a paused timer is not triggered: {problem}");
     let (status, _, _) = api.post(&format!("/v1/timers/{}/trigger", uuid::Uuid::new_v4()), &json!({})).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn secret_headers_are_stored_but_never_shown() {
+    let api = spawn_api().await;
+    let mut body = example();
+    body["action"]["http"]["headers"] =
+        json!({"Authorization": "Bearer s3cr3t-1", "x-tenant-key": "tenant-s3cr3t", "X-Env": "prod"});
+    let (status, _, created) = api.post("/v1/timers", &body).await;
+    assert_eq!(status, 201, "{created}");
+    let redacted = json!({"Authorization": "<redacted>", "x-tenant-key": "<redacted>", "X-Env": "prod"});
+    assert_eq!(created["action"]["http"]["headers"], redacted);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (_, _, read) = api.get(&format!("/v1/timers/{id}")).await;
+    let (_, _, listed) = api.get("/v1/timers").await;
+    for answer in [&read, &listed] {
+        assert!(!answer.to_string().contains("s3cr3t"), "{answer}");
+    }
+    let stored = || async {
+        sqlx::query_scalar::<_, Value>("SELECT http_headers FROM timers").fetch_one(&api.db.pool).await.unwrap()
+    };
+    assert_eq!(stored().await["Authorization"], "Bearer s3cr3t-1");
+
+    // What was read, sent back with a change elsewhere: the secrets stay as stored.
+    let mut action = read["action"].clone();
+    action["http"]["headers"]["X-Env"] = json!("staging");
+    let patch = |body: Value| {
+        let request = api.client.patch(format!("{}/v1/timers/{id}", api.base)).json(&body);
+        async move { Api::read(request.send().await.unwrap()).await }
+    };
+    let (status, _, patched) = patch(json!({"revision": read["revision"], "action": action})).await;
+    assert_eq!(status, 200, "{patched}");
+    assert!(!patched.to_string().contains("s3cr3t"));
+    assert_eq!(
+        stored().await,
+        json!({"Authorization": "Bearer s3cr3t-1", "x-tenant-key": "tenant-s3cr3t", "X-Env": "staging"})
+    );
+    // A new value replaces it.
+    action["http"]["headers"]["Authorization"] = json!("Bearer s3cr3t-2");
+    let (status, _, _) = patch(json!({"revision": patched["revision"], "action": action})).await;
+    assert_eq!(status, 200);
+    assert_eq!(stored().await["Authorization"], "Bearer s3cr3t-2");
+
+    // "<redacted>" with nothing stored behind it is refused.
+    let mut body = example();
+    body["name"] = json!("other");
+    body["action"]["http"]["headers"] = json!({"Cookie": "<redacted>"});
+    let (status, _, problem) = api.post("/v1/timers", &body).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.Cookie")), "{problem}");
+}
+
+#[tokio::test]
+async fn namespace_stats_count_timers_and_the_last_hours_occurrences() {
+    let api = spawn_api().await;
+    let (_, _, billing) = api.post("/v1/timers", &example()).await;
+    let mut paused = example();
+    paused["name"] = json!("paused");
+    let (_, _, paused) = api.post("/v1/timers", &paused).await;
+    api.post(&format!("/v1/timers/{}/pause", paused["id"].as_str().unwrap()), &json!({})).await;
+    let mut other = example();
+    other["namespace"] = json!("other");
+    let (_, _, other) = api.post("/v1/timers", &other).await;
+    let id = |t: &Value| uuid::Uuid::parse_str(t["id"].as_str().unwrap()).unwrap();
+    for (timer, minutes_ago, status, attempt) in [
+        (id(&billing), 10, "succeeded", 1),
+        (id(&billing), 20, "succeeded", 2),
+        (id(&billing), 30, "dead", 3),
+        (id(&paused), 1, "pending", 1),
+        (id(&billing), 90, "dead", 3),
+        (id(&other), 5, "dead", 3),
+    ] {
+        sqlx::query(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt)
+             VALUES ($1, now() - $2 * interval '1 minute', now(), 1, 0, $3, $4)",
+        )
+        .bind(timer)
+        .bind(minutes_ago)
+        .bind(status)
+        .bind(attempt)
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    }
+    let (status, _, stats) = api.get("/v1/namespaces/billing/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["timers"], json!({"active": 1, "paused": 1, "invalid": 0, "finished": 0}));
+    assert_eq!(
+        stats["last_hour"]["occurrences"],
+        json!({"waiting": 1, "running": 0, "succeeded": 2, "dead": 1, "cancelled": 0})
+    );
+    assert_eq!(stats["last_hour"]["failed_attempts"], 4);
+    let (_, _, empty) = api.get("/v1/namespaces/nobody/stats").await;
+    assert_eq!(empty["timers"]["active"], 0);
+    let (status, _, problem) = api.get("/v1/namespaces/Bad%20Name/stats").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("namespace")));
 }

@@ -1,0 +1,79 @@
+//! `GET /v1/namespaces/{namespace}/stats`: a namespace at a glance, for a console's front
+//! page: its timers by state, and its occurrences of the last hour by status with their
+//! failed attempts.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Duration, Utc};
+use punctual_shared::timer::check_namespace;
+use serde::Serialize;
+
+use crate::api::AppState;
+use crate::error::ApiError;
+use crate::timer_stats::{COUNTED_STATE, COUNTED_STATES};
+
+/// Occurrence statuses as counted: waiting (pending, claimed), running, succeeded, dead, cancelled.
+const OCCURRENCE_STATUSES: [&str; 5] = ["waiting", "running", "succeeded", "dead", "cancelled"];
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/v1/namespaces/{namespace}/stats", get(stats)).with_state(state)
+}
+
+#[derive(Debug, Serialize)]
+struct NamespaceStats {
+    namespace: String,
+    /// Timers not deleted, by state: active, paused, invalid, finished.
+    timers: BTreeMap<String, i64>,
+    last_hour: LastHour,
+}
+
+/// The occurrences scheduled from `from` to `to`.
+#[derive(Debug, Serialize)]
+struct LastHour {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    /// By status: waiting, running, succeeded, dead, cancelled.
+    occurrences: BTreeMap<String, i64>,
+    /// Attempts that failed (each retried or dead occurrence has at least one).
+    failed_attempts: i64,
+}
+
+async fn stats(State(state): State<AppState>, Path(namespace): Path<String>) -> Result<Json<NamespaceStats>, ApiError> {
+    check_namespace(&namespace)?;
+    let to = Utc::now();
+    let from = to - Duration::hours(1);
+    let mut timers: BTreeMap<String, i64> = COUNTED_STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();
+    let counted: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT {COUNTED_STATE}, count(*) FROM timers WHERE namespace = $1 AND state <> 'deleted' GROUP BY 1"
+    ))
+    .bind(&namespace)
+    .fetch_all(&state.pool)
+    .await?;
+    timers.extend(counted);
+    // Through the namespace's timers and each one's (timer_id, scheduled_at) index: the
+    // cost grows with the namespace, never with the whole history.
+    let by_status: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT CASE WHEN t.status IN ('pending', 'claimed') THEN 'waiting' ELSE t.status END,
+                count(*),
+                sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END)::bigint
+           FROM timers tm
+           JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at <= $3
+          WHERE tm.namespace = $1 AND tm.state <> 'deleted'
+          GROUP BY 1",
+    )
+    .bind(&namespace)
+    .bind(from)
+    .bind(to)
+    .fetch_all(&state.pool)
+    .await?;
+    let mut occurrences: BTreeMap<String, i64> = OCCURRENCE_STATUSES.iter().map(|s| ((*s).to_owned(), 0)).collect();
+    let mut failed_attempts = 0;
+    for (status, count, failed) in by_status {
+        occurrences.insert(status, count);
+        failed_attempts += failed;
+    }
+    Ok(Json(NamespaceStats { namespace, timers, last_hour: LastHour { from, to, occurrences, failed_attempts } }))
+}

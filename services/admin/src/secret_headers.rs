@@ -1,0 +1,107 @@
+//! Callback headers that carry secrets (`Authorization`, cookies, API keys, and the names
+//! an operator adds with `PUNCTUAL_SECRET_HEADERS`) are stored as given and sent by the
+//! executor, but no API answer shows their values: they read [`REDACTED`]. A timer sent
+//! back with a header still reading [`REDACTED`] (a PATCH of what was read) keeps the
+//! stored value.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use punctual_shared::timer::FieldError;
+use serde_json::Value;
+
+/// What a secret header's value reads in every answer.
+pub const REDACTED: &str = "<redacted>";
+
+/// Header names whose values are always redacted.
+pub const ALWAYS_SECRET: [&str; 5] = ["authorization", "proxy-authorization", "cookie", "x-api-key", "x-auth-token"];
+
+/// The names of the headers whose values are secret, lowercase.
+#[derive(Debug, Clone)]
+pub struct SecretHeaders(Arc<BTreeSet<String>>);
+
+impl Default for SecretHeaders {
+    fn default() -> Self {
+        Self(Arc::new(ALWAYS_SECRET.iter().map(|n| (*n).to_owned()).collect()))
+    }
+}
+
+/// A comma-separated list of further names (`PUNCTUAL_SECRET_HEADERS`).
+impl FromStr for SecretHeaders {
+    type Err = Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut names = (*Self::default().0).clone();
+        names.extend(s.split(',').map(|n| n.trim().to_ascii_lowercase()).filter(|n| !n.is_empty()));
+        Ok(Self(Arc::new(names)))
+    }
+}
+
+impl SecretHeaders {
+    pub fn is_secret(&self, name: &str) -> bool {
+        self.0.contains(&name.to_ascii_lowercase())
+    }
+
+    /// Redacts the secret headers of a timer's view (`action.http.headers`).
+    pub fn redact(&self, view: &mut Value) {
+        if let Some(Value::Object(headers)) = view.pointer_mut("/action/http/headers") {
+            for (name, value) in headers.iter_mut() {
+                if self.is_secret(name) {
+                    *value = Value::String(REDACTED.to_owned());
+                }
+            }
+        }
+    }
+
+    /// Puts the stored values back where a timer given to be stored still reads
+    /// [`REDACTED`] (`stored`: the timer's view as stored, unredacted; none for a new timer).
+    /// A [`REDACTED`] header without a stored value is refused: it would be sent as is.
+    pub fn restore(&self, spec: &mut Value, stored: Option<&Value>) -> Result<(), FieldError> {
+        let Some(Value::Object(headers)) = spec.pointer_mut("/action/http/headers") else {
+            return Ok(());
+        };
+        let stored = stored.and_then(|s| s.pointer("/action/http/headers")).and_then(Value::as_object);
+        for (name, value) in headers.iter_mut() {
+            if value.as_str() != Some(REDACTED) {
+                continue;
+            }
+            match stored.and_then(|s| s.get(name)) {
+                Some(kept) => *value = kept.clone(),
+                None => {
+                    return Err(FieldError::new(
+                        format!("action.http.headers.{name}"),
+                        format!("{REDACTED} stands for a stored value, and this timer has none for this header"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn redacts_secret_names_whatever_their_case_and_restores_them() {
+        let secret: SecretHeaders = "X-Tenant-Key, ".parse().unwrap();
+        let stored = json!({"action": {"http": {"headers": {"Authorization": "Bearer s3cr3t", "X-Tenant-Key": "k", "X-Env": "prod"}}}});
+        let mut view = stored.clone();
+        secret.redact(&mut view);
+        assert_eq!(
+            view["action"]["http"]["headers"],
+            json!({"Authorization": REDACTED, "X-Tenant-Key": REDACTED, "X-Env": "prod"})
+        );
+        let mut sent_back = view.clone();
+        secret.restore(&mut sent_back, Some(&stored)).unwrap();
+        assert_eq!(sent_back, stored);
+        let mut new = json!({"action": {"http": {"headers": {"Cookie": REDACTED}}}});
+        assert_eq!(secret.restore(&mut new, None).unwrap_err().field, "action.http.headers.Cookie");
+        assert!(!SecretHeaders::default().is_secret("x-tenant-key"));
+    }
+}
