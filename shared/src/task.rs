@@ -854,6 +854,25 @@ pub async fn trigger(db: &PgPool, timer_id: Uuid, at: DateTime<Utc>) -> Result<O
     .await
 }
 
+/// Adds past occurrences of an active timer, due at once (the operator's backfill): each
+/// with its own identity, so an occurrence that exists already (it ran, or is planned) is
+/// left alone and never runs twice. Returns how many were added.
+pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<u64, sqlx::Error> {
+    let added = sqlx::query(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
+         SELECT tm.id, s, now(), tm.version, $3, 'pending'
+           FROM timers tm, UNNEST($2::timestamptz[]) AS s
+          WHERE tm.id = $1 AND tm.state = 'active'
+         ON CONFLICT (timer_id, scheduled_at) DO NOTHING",
+    )
+    .bind(timer_id)
+    .bind(at)
+    .bind(bucket_of(timer_id))
+    .execute(db)
+    .await?;
+    Ok(added.rows_affected())
+}
+
 /// The Kafka message for a due task. The key is the task identity; the value carries
 /// what the executor needs to find the task row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -173,4 +173,33 @@ async fn a_triggered_timer_runs_now_once() {
     let succeeded: Vec<Value> = stack.runs(id).await.into_iter().filter(|r| r["status"] == "succeeded").collect();
     assert_eq!(succeeded.len(), 1, "{succeeded:?}");
     assert_eq!(succeeded[0]["scheduled_at"], triggered["scheduled_at"]);
+
+    // A backfill of the last three hours of an hourly cron runs their three occurrences,
+    // each under its own hour's identity.
+    let hourly = stack
+        .create_timer(&json!({"name": "on-the-hour", "schedule": {"cron": "0 0 * * * *"},
+            "action": {"http": {"url": sink.url("/hourly")}}}))
+        .await;
+    let hourly_id = hourly["id"].as_str().unwrap();
+    let now = Utc::now();
+    let r = stack
+        .http
+        .post(stack.admin.url(&format!("/v1/timers/{hourly_id}/backfill")))
+        .json(&json!({"from": now - chrono::Duration::hours(3), "to": now}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let calls = eventually(Duration::from_secs(30), "three backfilled calls", || async {
+        let calls = sink.calls_to("/hourly");
+        (calls.len() == 3).then_some(calls)
+    })
+    .await;
+    let mut hours: Vec<String> = calls.iter().map(|c| c.idempotency_key.clone().unwrap()).collect();
+    hours.sort();
+    for (key, ago) in hours.iter().zip([2, 1, 0]) {
+        let hour = now - chrono::Duration::hours(ago);
+        let expected = format!("{hourly_id}:{}", hour.format("%Y-%m-%dT%H:00:00.000Z"));
+        assert_eq!(key, &expected);
+    }
 }

@@ -88,8 +88,16 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bo
 fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let field = (path != ".").then_some(path);
         let inner = e.into_inner();
+        // serde names a missing field in its message only: the problem names it too.
+        let missing = inner.to_string().strip_prefix("missing field `").and_then(|m| m.split('`').next()).map(|m| {
+            if path == "." {
+                m.to_owned()
+            } else {
+                format!("{path}.{m}")
+            }
+        });
+        let field = missing.or((path != ".").then_some(path));
         let detail = match &field {
             Some(f) => format!("{f}: {inner}"),
             None => inner.to_string(),
@@ -241,7 +249,7 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
 }
 
 /// `PATCH /v1/timers/{id}`: changes any of name, schedule, action, retry and the policies.
-/// The body carries the `version` the client read; if the timer changed since, nothing is
+/// The body carries the `revision` the client read; if the timer changed since, nothing is
 /// written and the answer is 409. The merged timer is checked as a whole, like a new one.
 async fn patch_timer(
     State(state): State<AppState>,

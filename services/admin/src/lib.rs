@@ -1,6 +1,7 @@
 //! The admin service: Punctual's REST API over the `timers` and `tasks` tables.
 
 pub mod api;
+pub mod bulk_actions;
 pub mod config;
 pub mod error;
 pub mod http_metrics;
@@ -52,7 +53,8 @@ impl App {
         let router = api::router(state.clone())
             .merge(signing_secrets::router(state.clone()))
             .merge(operator_actions::router(state.clone()))
-            .merge(namespace_stats::router(state))
+            .merge(namespace_stats::router(state.clone()))
+            .merge(bulk_actions::router(state))
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

@@ -1,6 +1,7 @@
 //! What operators do besides editing timers: run a timer now (`POST
-//! /v1/timers/{id}/trigger`) and see when a schedule would fire without creating anything
-//! (`POST /v1/schedules/preview`).
+//! /v1/timers/{id}/trigger`), run the occurrences of a past range (`POST
+//! /v1/timers/{id}/backfill`), and see when a schedule would fire without creating
+//! anything (`POST /v1/schedules/preview`).
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -19,10 +20,13 @@ use crate::error::ApiError;
 
 /// Most fire times one preview gives.
 pub const MAX_PREVIEW: usize = 100;
+/// Most occurrences one backfill adds.
+pub const MAX_BACKFILL: usize = 1000;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/timers/{id}/trigger", post(trigger))
+        .route("/v1/timers/{id}/backfill", post(backfill))
         .route("/v1/schedules/preview", post(preview))
         .with_state(state)
 }
@@ -60,6 +64,65 @@ async fn trigger(
         // Paused or deleted meanwhile, or an occurrence at this very millisecond.
         None => Err(conflict(format!("timer {id} changed or has an occurrence at {at} already: try again"))),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackfillRequest {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize)]
+struct Backfilled {
+    /// The schedule's occurrences in the range.
+    occurrences: usize,
+    /// Those added (the others existed already: they ran, or are planned).
+    added: u64,
+}
+
+/// `POST /v1/timers/{id}/backfill {"from", "to"}`: the schedule's occurrences from `from`
+/// (included) to `to` (excluded, not after now), at most [`MAX_BACKFILL`], run now as
+/// occurrences of their own times (202). One that exists already is not run again.
+async fn backfill(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Backfilled>), ApiError> {
+    let id = parse_id(&id)?;
+    let request: BackfillRequest = parse_json(&headers, &body)?;
+    let now = Utc::now();
+    if request.to > now {
+        return Err(FieldError::new("to", "a backfill runs past occurrences: `to` must not be after now").into());
+    }
+    if request.from >= request.to {
+        return Err(FieldError::new("from", "must be before `to`").into());
+    }
+    let timer = fetch_timer(&state.pool, id).await?;
+    if timer.state != "active" {
+        return Err(ApiError::Conflict {
+            field: None,
+            detail: format!("timer {id} is {}: only an active timer is backfilled", timer.state),
+        });
+    }
+    let schedule = timer.schedule()?;
+    let mut at = Vec::new();
+    let mut next = schedule.first_from(timer.created_at, request.from);
+    while let Some(t) = next.filter(|t| *t < request.to) {
+        if at.len() == MAX_BACKFILL {
+            return Err(FieldError::new(
+                "to",
+                format!("the range holds more than {MAX_BACKFILL} occurrences: backfill it in parts"),
+            )
+            .into());
+        }
+        at.push(t);
+        next = schedule.next_after(timer.created_at, t);
+    }
+    let added = task::backfill(&state.pool, id, &at).await?;
+    tracing::info!(timer_id = %id, from = %request.from, to = %request.to, occurrences = at.len(), added, "timer backfilled");
+    Ok((StatusCode::ACCEPTED, Json(Backfilled { occurrences: at.len(), added })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -583,3 +583,86 @@ async fn namespace_stats_count_timers_and_the_last_hours_occurrences() {
     let (status, _, problem) = api.get("/v1/namespaces/Bad%20Name/stats").await;
     assert_eq!((status, &problem["field"]), (422, &json!("namespace")));
 }
+
+#[tokio::test]
+async fn a_backfill_adds_a_past_ranges_occurrences_once() {
+    let api = spawn_api().await;
+    let mut body = example();
+    body["schedule"] = json!({"cron": "0 * * * * *"});
+    let (_, _, timer) = api.post("/v1/timers", &body).await;
+    let id = timer["id"].as_str().unwrap();
+    let minute = |ago: i64| {
+        let now = chrono::Utc::now();
+        let whole = now - chrono::Duration::seconds(now.timestamp() % 60) - chrono::Duration::minutes(ago);
+        whole.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let path = format!("/v1/timers/{id}/backfill");
+    let range = json!({"from": minute(10), "to": minute(5)});
+    let (status, _, backfilled) = api.post(&path, &range).await;
+    assert_eq!(status, 202, "{backfilled}");
+    assert_eq!(backfilled, json!({"occurrences": 5, "added": 5}));
+    let (_, _, again) = api.post(&path, &range).await;
+    assert_eq!(again, json!({"occurrences": 5, "added": 0}), "never twice");
+    let due_now: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tasks WHERE status = 'pending' AND due_at > now() - interval '1 minute'
+            AND scheduled_at < now() - interval '4 minutes'",
+    )
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(due_now, 5, "due now, at their own times");
+
+    for (body, status, field) in [
+        (json!({"from": minute(5), "to": minute(-5)}), 422, "to"),
+        (json!({"from": minute(5), "to": minute(5)}), 422, "from"),
+        (json!({"from": minute(1001), "to": minute(0)}), 422, "to"),
+        (json!({"from": minute(5)}), 400, "to"),
+    ] {
+        let (got, _, problem) = api.post(&path, &body).await;
+        assert_eq!((got, &problem["field"]), (status, &json!(field)), "{body}: {problem}");
+    }
+    api.post(&format!("/v1/timers/{id}/pause"), &json!({})).await;
+    assert_eq!(api.post(&path, &json!({"from": minute(3), "to": minute(1)})).await.0, 409);
+}
+
+#[tokio::test]
+async fn bulk_actions_change_the_timers_a_filter_names_and_no_others() {
+    let api = spawn_api().await;
+    let mut ids = Vec::new();
+    for (namespace, name) in
+        [("billing", "report-a"), ("billing", "report-b"), ("billing", "invoice"), ("other", "report-a")]
+    {
+        let mut body = example();
+        body["namespace"] = json!(namespace);
+        body["name"] = json!(name);
+        let (_, _, timer) = api.post("/v1/timers", &body).await;
+        ids.push(timer["id"].as_str().unwrap().to_owned());
+    }
+    let states = || async {
+        sqlx::query_scalar::<_, String>("SELECT state FROM timers ORDER BY namespace, name")
+            .fetch_all(&api.db.pool)
+            .await
+            .unwrap()
+    };
+    let (status, _, paused) =
+        api.post("/v1/timers/bulk/pause", &json!({"namespace": "billing", "name_prefix": "report-"})).await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!((paused["changed"].as_array().unwrap().len(), &paused["more"]), (2, &json!(false)));
+    // billing/invoice, billing/report-a, billing/report-b, other/report-a
+    assert_eq!(states().await, ["active", "paused", "paused", "active"]);
+    let (_, _, resumed) = api.post("/v1/timers/bulk/resume", &json!({"namespace": "billing", "ids": [ids[0]]})).await;
+    assert_eq!(resumed["changed"], json!([ids[0]]));
+    assert_eq!(states().await, ["active", "active", "paused", "active"]);
+    // A prefix's LIKE characters match only themselves.
+    let (_, _, none) = api.post("/v1/timers/bulk/delete", &json!({"namespace": "billing", "name_prefix": "%"})).await;
+    assert_eq!(none["changed"], json!([]));
+    let (_, _, deleted) = api.post("/v1/timers/bulk/delete", &json!({"namespace": "billing"})).await;
+    assert_eq!(deleted["changed"].as_array().unwrap().len(), 3);
+    assert_eq!(states().await, ["deleted", "deleted", "deleted", "active"]);
+    let (status, _, _) = api.post("/v1/timers/bulk/explode", &json!({"namespace": "billing"})).await;
+    assert_eq!(status, 404);
+    let (status, _, problem) = api.post("/v1/timers/bulk/pause", &json!({"name_prefix": "x"})).await;
+    assert_eq!((status, &problem["field"]), (400, &json!("namespace")));
+    // The single-timer routes are still there beside it.
+    assert_eq!(api.post(&format!("/v1/timers/{}/pause", ids[3]), &json!({})).await.0, 200);
+}

@@ -1,0 +1,98 @@
+//! Pausing, resuming or deleting many timers at once, by filter: `POST
+//! /v1/timers/bulk/{pause,resume,delete}` with `{"namespace", "name_prefix"?, "ids"?}`.
+//! One statement changes at most [`MAX_PER_CALL`] timers; the answer says whether more
+//! match, and the same call goes on with them.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use punctual_shared::timer::{check_namespace, FieldError};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::api::{parse_json, AppState};
+use crate::error::ApiError;
+
+/// Most timers one call changes.
+pub const MAX_PER_CALL: i64 = 10_000;
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/v1/timers/bulk/{action}", post(bulk)).with_state(state)
+}
+
+/// Which timers: those of one namespace, narrowed by a name prefix or a list of ids.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Filter {
+    namespace: String,
+    name_prefix: Option<String>,
+    ids: Option<Vec<Uuid>>,
+}
+
+#[derive(Debug, Serialize)]
+struct BulkResult {
+    /// The timers changed by this call.
+    changed: Vec<Uuid>,
+    /// Whether more timers match: call again for them.
+    more: bool,
+}
+
+/// The timers a filter names ($1 namespace, $2 name pattern, $3 ids) in the states an
+/// action changes ($4).
+const MATCHING: &str = "namespace = $1 AND state = ANY($4)
+    AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))";
+
+/// What an action does: the states it changes from, and the one it sets.
+fn transition(action: &str) -> Option<(&'static [&'static str], &'static str)> {
+    match action {
+        "pause" => Some((&["active"], "paused")),
+        "resume" => Some((&["paused"], "active")),
+        "delete" => Some((&["active", "paused"], "deleted")),
+        _ => None,
+    }
+}
+
+async fn bulk(
+    State(state): State<AppState>,
+    Path(action): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<BulkResult>, ApiError> {
+    let Some((from, to)) = transition(&action) else {
+        return Err(ApiError::NotFound(format!("no bulk action {action:?}: use pause, resume or delete")));
+    };
+    let filter: Filter = parse_json(&headers, &body)?;
+    check_namespace(&filter.namespace)?;
+    if filter.ids.as_ref().is_some_and(|ids| ids.len() as i64 > MAX_PER_CALL) {
+        return Err(FieldError::new("ids", format!("at most {MAX_PER_CALL} ids")).into());
+    }
+    // LIKE's own characters in the prefix match themselves.
+    let pattern =
+        filter.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "UPDATE timers SET state = $5
+          WHERE id IN (SELECT id FROM timers WHERE {MATCHING} ORDER BY id LIMIT $6 FOR UPDATE)
+            AND state = ANY($4)
+         RETURNING id"
+    ))
+    .bind(&filter.namespace)
+    .bind(&pattern)
+    .bind(&filter.ids)
+    .bind(from)
+    .bind(to)
+    .bind(MAX_PER_CALL)
+    .fetch_all(&state.pool)
+    .await?;
+    let more = changed.len() as i64 == MAX_PER_CALL
+        && sqlx::query_scalar::<_, bool>(&format!("SELECT EXISTS (SELECT 1 FROM timers WHERE {MATCHING})"))
+            .bind(&filter.namespace)
+            .bind(&pattern)
+            .bind(&filter.ids)
+            .bind(from)
+            .fetch_one(&state.pool)
+            .await?;
+    tracing::info!(%action, namespace = %filter.namespace, changed = changed.len(), "bulk change");
+    Ok(Json(BulkResult { changed, more }))
+}
