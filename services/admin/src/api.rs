@@ -124,7 +124,7 @@ fn nul_in(value: &Value, path: &str) -> Option<String> {
 }
 
 /// A page size: 100 unless given, at most 1000.
-fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+pub(crate) fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     let limit = limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest {
@@ -417,7 +417,7 @@ struct RunsQuery {
 }
 
 /// A task as the API shows it, with its failed attempts (oldest first).
-const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
+pub(crate) const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
     t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms,
     COALESCE((SELECT json_agg(json_build_object(
                 'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
@@ -425,21 +425,21 @@ const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status,
                 FROM task_attempts a WHERE a.task_id = t.id), '[]'::json) AS failed_attempts";
 
 #[derive(Debug, sqlx::FromRow, serde::Serialize)]
-struct RunRow {
-    id: i64,
-    timer_id: Uuid,
-    due_at: DateTime<Utc>,
-    failed_attempts: Value,
-    scheduled_at: DateTime<Utc>,
-    status: String,
-    attempt: i32,
-    claimed_at: Option<DateTime<Utc>>,
-    started_at: Option<DateTime<Utc>>,
-    finished_at: Option<DateTime<Utc>>,
-    http_status: Option<i16>,
-    response_excerpt: Option<String>,
-    error: Option<String>,
-    duration_ms: Option<i32>,
+pub(crate) struct RunRow {
+    pub id: i64,
+    pub timer_id: Uuid,
+    pub due_at: DateTime<Utc>,
+    pub failed_attempts: Value,
+    pub scheduled_at: DateTime<Utc>,
+    pub status: String,
+    pub attempt: i32,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub http_status: Option<i16>,
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
 }
 
 async fn list_runs(

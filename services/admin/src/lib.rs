@@ -6,6 +6,7 @@ pub mod config;
 pub mod error;
 pub mod http_metrics;
 pub mod metrics;
+pub mod namespace_runs;
 pub mod namespace_stats;
 pub mod operator_actions;
 pub mod query_check;
@@ -54,7 +55,8 @@ impl App {
             .merge(signing_secrets::router(state.clone()))
             .merge(operator_actions::router(state.clone()))
             .merge(namespace_stats::router(state.clone()))
-            .merge(bulk_actions::router(state))
+            .merge(bulk_actions::router(state.clone()))
+            .merge(namespace_runs::router(state))
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

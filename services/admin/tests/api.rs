@@ -58,6 +58,29 @@ impl Api {
         let text = r.text().await.unwrap();
         (status, ct, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
+    /// Creates the example timer in `namespace`, named `name`; returns its id.
+    async fn timer_in(&self, namespace: &str, name: &str) -> uuid::Uuid {
+        let mut body = example();
+        body["namespace"] = json!(namespace);
+        body["name"] = json!(name);
+        let (status, _, timer) = self.post("/v1/timers", &body).await;
+        assert_eq!(status, 201, "{timer}");
+        uuid::Uuid::parse_str(timer["id"].as_str().unwrap()).unwrap()
+    }
+    /// Writes an occurrence of `timer` scheduled `minutes_ago` (on a whole minute).
+    async fn occurrence(&self, timer: uuid::Uuid, minutes_ago: i32, status: &str, attempt: i32) {
+        sqlx::query(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt)
+             VALUES ($1, date_trunc('minute', now()) - $2 * interval '1 minute', now(), 1, 0, $3, $4)",
+        )
+        .bind(timer)
+        .bind(minutes_ago)
+        .bind(status)
+        .bind(attempt)
+        .execute(&self.db.pool)
+        .await
+        .unwrap();
+    }
     async fn timer_count(&self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM timers").fetch_one(&self.db.pool).await.unwrap()
     }
@@ -541,34 +564,19 @@ async fn secret_headers_are_stored_but_never_shown() {
 #[tokio::test]
 async fn namespace_stats_count_timers_and_the_last_hours_occurrences() {
     let api = spawn_api().await;
-    let (_, _, billing) = api.post("/v1/timers", &example()).await;
-    let mut paused = example();
-    paused["name"] = json!("paused");
-    let (_, _, paused) = api.post("/v1/timers", &paused).await;
-    api.post(&format!("/v1/timers/{}/pause", paused["id"].as_str().unwrap()), &json!({})).await;
-    let mut other = example();
-    other["namespace"] = json!("other");
-    let (_, _, other) = api.post("/v1/timers", &other).await;
-    let id = |t: &Value| uuid::Uuid::parse_str(t["id"].as_str().unwrap()).unwrap();
+    let billing = api.timer_in("billing", "billing").await;
+    let paused = api.timer_in("billing", "paused").await;
+    api.post(&format!("/v1/timers/{paused}/pause"), &json!({})).await;
+    let other = api.timer_in("other", "other").await;
     for (timer, minutes_ago, status, attempt) in [
-        (id(&billing), 10, "succeeded", 1),
-        (id(&billing), 20, "succeeded", 2),
-        (id(&billing), 30, "dead", 3),
-        (id(&paused), 1, "pending", 1),
-        (id(&billing), 90, "dead", 3),
-        (id(&other), 5, "dead", 3),
+        (billing, 10, "succeeded", 1),
+        (billing, 20, "succeeded", 2),
+        (billing, 30, "dead", 3),
+        (paused, 1, "pending", 1),
+        (billing, 90, "dead", 3),
+        (other, 5, "dead", 3),
     ] {
-        sqlx::query(
-            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt)
-             VALUES ($1, now() - $2 * interval '1 minute', now(), 1, 0, $3, $4)",
-        )
-        .bind(timer)
-        .bind(minutes_ago)
-        .bind(status)
-        .bind(attempt)
-        .execute(&api.db.pool)
-        .await
-        .unwrap();
+        api.occurrence(timer, minutes_ago, status, attempt).await;
     }
     let (status, _, stats) = api.get("/v1/namespaces/billing/stats").await;
     assert_eq!(status, 200, "{stats}");
@@ -665,4 +673,47 @@ async fn bulk_actions_change_the_timers_a_filter_names_and_no_others() {
     assert_eq!((status, &problem["field"]), (400, &json!("namespace")));
     // The single-timer routes are still there beside it.
     assert_eq!(api.post(&format!("/v1/timers/{}/pause", ids[3]), &json!({})).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_namespaces_runs_are_paged_newest_first_and_filtered() {
+    let api = spawn_api().await;
+    let billing = api.timer_in("billing", "billing").await;
+    let other = api.timer_in("other", "other").await;
+    for (timer, minutes_ago, status) in [
+        (billing, 1, "succeeded"),
+        (billing, 2, "dead"),
+        (billing, 3, "succeeded"),
+        (billing, 4, "succeeded"),
+        (billing, 5, "succeeded"),
+        (billing, 3000, "succeeded"),
+        (other, 2, "succeeded"),
+    ] {
+        api.occurrence(timer, minutes_ago, status, 1).await;
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/namespaces/billing/runs?limit=2".to_owned();
+    loop {
+        let (status, _, page) = api.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(page["runs"].as_array().unwrap().iter().map(|r| r["scheduled_at"].as_str().unwrap().to_owned()));
+        let Some(next) = page["next_before"].as_str() else { break };
+        path = format!("/v1/namespaces/billing/runs?limit=2&before={next}");
+    }
+    assert_eq!(seen.len(), 5, "the last day's, newest first, once each: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] > w[1]), "{seen:?}");
+    let (_, _, dead) = api.get("/v1/namespaces/billing/runs?status=dead").await;
+    assert_eq!(dead["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(dead["runs"][0]["status"], "dead");
+    let from = (chrono::Utc::now() - chrono::Duration::days(3)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (_, _, all) = api.get(&format!("/v1/namespaces/billing/runs?from={from}")).await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 6, "a wider range");
+    for (query, field) in [
+        ("status=done", "status"),
+        ("before=nonsense", "before"),
+        ("from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "from"),
+    ] {
+        let (status, _, problem) = api.get(&format!("/v1/namespaces/billing/runs?{query}")).await;
+        assert_eq!((status, &problem["field"]), (422, &json!(field)), "{query}: {problem}");
+    }
 }

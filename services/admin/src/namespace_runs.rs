@@ -1,0 +1,93 @@
+//! `GET /v1/namespaces/{namespace}/runs`: a namespace's occurrences, newest first, each with
+//! its failed attempts, filtered by status and by a range of scheduled times, paged by a
+//! cursor (`next_before`: pass it as `before` for the next page).
+
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Duration, Utc};
+use punctual_shared::timer::{check_namespace, FieldError};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{page_limit, AppState, RunRow, RUN_COLUMNS};
+use crate::error::ApiError;
+
+/// The statuses an occurrence may be in.
+const STATUSES: [&str; 6] = ["pending", "claimed", "running", "succeeded", "dead", "cancelled"];
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/v1/namespaces/{namespace}/runs", get(list)).with_state(state)
+}
+
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    status: Option<String>,
+    /// Scheduled at or after this (default: a day before `to`).
+    from: Option<DateTime<Utc>>,
+    /// Scheduled before this (default: now).
+    to: Option<DateTime<Utc>>,
+    limit: Option<i64>,
+    /// The cursor of the page before (`next_before`).
+    before: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct RunsPage {
+    runs: Vec<RunRow>,
+    /// Where the next page starts; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_before: Option<String>,
+}
+
+/// A cursor: the last run's scheduled time and id, `<RFC 3339>_<id>`.
+fn cursor(run: &RunRow) -> String {
+    format!("{}_{}", run.scheduled_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true), run.id)
+}
+
+fn parse_cursor(cursor: &str) -> Result<(DateTime<Utc>, i64), FieldError> {
+    let invalid = || FieldError::new("before", "not a cursor: pass a page's next_before as it is");
+    let (at, id) = cursor.rsplit_once('_').ok_or_else(invalid)?;
+    Ok((at.parse().map_err(|_| invalid())?, id.parse().map_err(|_| invalid())?))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(namespace): Path<String>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RunsPage>, ApiError> {
+    check_namespace(&namespace)?;
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let limit = page_limit(q.limit)?;
+    if let Some(status) = q.status.as_deref().filter(|s| !STATUSES.contains(s)) {
+        return Err(FieldError::new("status", format!("{status:?} is none of {}", STATUSES.join(", "))).into());
+    }
+    let to = q.to.unwrap_or_else(Utc::now);
+    let from = q.from.unwrap_or(to - Duration::days(1));
+    if from >= to {
+        return Err(FieldError::new("from", "must be before `to`").into());
+    }
+    let before = q.before.as_deref().map(parse_cursor).transpose()?;
+    // Through the namespace's timers and each one's (timer_id, scheduled_at) index: the
+    // cost grows with the namespace and the range, never with the whole history.
+    let runs = sqlx::query_as::<_, RunRow>(&format!(
+        "SELECT {RUN_COLUMNS}
+           FROM timers tm
+           JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at < $3
+          WHERE tm.namespace = $1
+            AND ($4::text IS NULL OR t.status = $4)
+            AND ($5::timestamptz IS NULL OR (t.scheduled_at, t.id) < ($5, $6))
+          ORDER BY t.scheduled_at DESC, t.id DESC
+          LIMIT $7"
+    ))
+    .bind(&namespace)
+    .bind(from)
+    .bind(to)
+    .bind(&q.status)
+    .bind(before.map(|(at, _)| at))
+    .bind(before.map(|(_, id)| id))
+    .bind(limit)
+    .fetch_all(&state.pool)
+    .await?;
+    let next_before = (runs.len() as i64 == limit).then(|| runs.last().map(cursor)).flatten();
+    Ok(Json(RunsPage { runs, next_before }))
+}
