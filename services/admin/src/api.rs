@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use punctual_shared::schedule::to_millis;
+use punctual_shared::schedule::{to_millis, ScheduleKind};
 use punctual_shared::target_guard::TargetGuard;
 use punctual_shared::task;
 use punctual_shared::timer::{Action, FieldError, NewTimer, ScheduleColumns, TimerRow, TimerSpec, DEFAULT_TIMEOUT_MS};
@@ -30,6 +30,8 @@ pub struct AppState {
     pub guard: Arc<TargetGuard>,
     /// Which callback headers no answer shows.
     pub secret_headers: SecretHeaders,
+    /// The shortest time between two fires of one timer (`PUNCTUAL_MIN_FIRE_INTERVAL_MS`).
+    pub min_fire_interval: chrono::Duration,
 }
 
 impl AppState {
@@ -48,6 +50,36 @@ fn check_target(guard: &TargetGuard, timer: &NewTimer) -> Result<(), ApiError> {
         return Ok(());
     };
     guard.check_url(&http.url).map_err(|refused| FieldError::new("action.http.url", refused.to_string()).into())
+}
+
+/// How many of a cron schedule's next fires are compared with the minimum interval.
+const DENSITY_SAMPLE: usize = 100;
+
+/// A timer may not fire more often than `min` allows: an interval below it, or a schedule
+/// with two of its next fires closer than it, is refused.
+fn check_density(min: chrono::Duration, timer: &NewTimer) -> Result<(), ApiError> {
+    let now = Utc::now();
+    let fires = timer.schedule.upcoming(now, now, DENSITY_SAMPLE);
+    let closest = fires.windows(2).map(|w| w[1] - w[0]).min();
+    match closest {
+        Some(gap) if gap < min => {
+            let field = if matches!(timer.schedule.kind, ScheduleKind::Interval { .. }) {
+                "schedule.every_ms"
+            } else {
+                "schedule.cron"
+            };
+            Err(FieldError::new(
+                field,
+                format!(
+                    "fires {} ms apart; this service allows one fire every {} ms at most (PUNCTUAL_MIN_FIRE_INTERVAL_MS)",
+                    gap.num_milliseconds(),
+                    min.num_milliseconds()
+                ),
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -153,6 +185,7 @@ async fn create_timer(
     state.secret_headers.restore(&mut spec, None)?;
     let timer = from_value::<TimerSpec>(spec)?.validate()?;
     check_target(&state.guard, &timer)?;
+    check_density(state.min_fire_interval, &timer)?;
     let row = insert_timer(&state.pool, &timer).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
@@ -303,6 +336,7 @@ async fn patch_timer(
     let spec: TimerSpec = from_value(spec)?;
     let timer = spec.validate()?;
     check_target(&state.guard, &timer)?;
+    check_density(state.min_fire_interval, &timer)?;
     let s = ScheduleColumns::from(&timer.schedule);
     let sql = format!(
         "UPDATE timers SET ({DEFINITION_COLUMNS}) = ROW({DEFINITION_PARAMS})

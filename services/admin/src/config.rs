@@ -27,4 +27,8 @@ pub struct AdminConfig {
     /// Authorization, Proxy-Authorization, Cookie, X-Api-Key and X-Auth-Token.
     #[arg(long, env = "PUNCTUAL_SECRET_HEADERS", default_value = "")]
     pub secret_headers: SecretHeaders,
+    /// The shortest time between two fires of one timer that the API accepts: an interval
+    /// below it, or a cron expression firing twice within it, is refused (422).
+    #[arg(long, env = "PUNCTUAL_MIN_FIRE_INTERVAL_MS", default_value_t = 1_000)]
+    pub min_fire_interval_ms: u64,
 }

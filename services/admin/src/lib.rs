@@ -50,6 +50,7 @@ impl App {
             metrics: metrics.clone(),
             guard,
             secret_headers: config.secret_headers.clone(),
+            min_fire_interval: chrono::Duration::milliseconds(config.min_fire_interval_ms.min(i64::MAX as u64) as i64),
         };
         let router = api::router(state.clone())
             .merge(signing_secrets::router(state.clone()))

@@ -14,6 +14,10 @@ struct Api {
 }
 
 async fn spawn_api() -> Api {
+    spawn_api_with(1_000).await
+}
+
+async fn spawn_api_with(min_fire_interval_ms: u64) -> Api {
     let db = TestDb::create().await;
     // No callback address allowed beyond public ones, as by default.
     let config = AdminConfig {
@@ -22,6 +26,7 @@ async fn spawn_api() -> Api {
         metrics_namespace_label: false,
         callback_allow: Default::default(),
         secret_headers: "X-Tenant-Key".parse().unwrap(),
+        min_fire_interval_ms,
     };
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
@@ -716,4 +721,37 @@ async fn a_namespaces_runs_are_paged_newest_first_and_filtered() {
         let (status, _, problem) = api.get(&format!("/v1/namespaces/billing/runs?{query}")).await;
         assert_eq!((status, &problem["field"]), (422, &json!(field)), "{query}: {problem}");
     }
+}
+
+#[tokio::test]
+async fn timers_firing_more_often_than_the_minimum_interval_are_refused() {
+    let api = spawn_api_with(60_000).await;
+    let with_schedule = |schedule: Value| {
+        let mut body = example();
+        body["schedule"] = schedule;
+        body
+    };
+    for (schedule, field) in [
+        (json!({"every_ms": 1000}), "schedule.every_ms"),
+        (json!({"every_ms": 59_999}), "schedule.every_ms"),
+        (json!({"cron": "*/10 * * * * *"}), "schedule.cron"),
+        // Mostly hourly, but twice within a minute once an hour.
+        (json!({"cron": "0,30 0 * * * *"}), "schedule.cron"),
+    ] {
+        let (status, _, problem) = api.post("/v1/timers", &with_schedule(schedule.clone())).await;
+        assert_eq!((status, &problem["field"]), (422, &json!(field)), "{schedule}: {problem}");
+        assert!(problem["detail"].as_str().unwrap().contains("PUNCTUAL_MIN_FIRE_INTERVAL_MS"));
+    }
+    assert_eq!(api.timer_count().await, 0);
+    let (status, _, timer) = api.post("/v1/timers", &with_schedule(json!({"cron": "0 * * * * *"}))).await;
+    assert_eq!(status, 201, "{timer}");
+    let r = api
+        .client
+        .patch(format!("{}/v1/timers/{}", api.base, timer["id"].as_str().unwrap()))
+        .json(&json!({"revision": timer["revision"], "schedule": {"every_ms": 30_000}}))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, problem) = Api::read(r).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("schedule.every_ms")), "{problem}");
 }
