@@ -11,6 +11,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider};
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -19,6 +21,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::filter::FilterFn;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
+use uuid::Uuid;
 
 /// The collector's base URL (e.g. `http://127.0.0.1:4318`); spans go to `<it>/v1/traces`.
 pub const ENDPOINT_VAR: &str = "PUNCTUAL_OTLP_ENDPOINT";
@@ -78,12 +81,14 @@ pub async fn shutdown(provider: Provider) {
     }
 }
 
-/// Puts `span` in the occurrence's trace, under the occurrence's span. Call it before the
-/// span is first entered. Does nothing when spans are not exported.
-pub fn set_occurrence_parent(span: &tracing::Span, trace_id: u128) {
+/// Puts `span` in the trace of the occurrence `(timer_id, scheduled_at)`, under the
+/// occurrence's span. Call it before the span is first entered. Does nothing when spans
+/// are not exported.
+pub fn set_occurrence_parent(span: &tracing::Span, timer_id: Uuid, scheduled_at: DateTime<Utc>) {
     if span.is_disabled() {
         return;
     }
+    let trace_id = crate::trace_context::trace_id(timer_id, scheduled_at);
     let parent = SpanContext::new(
         TraceId::from(trace_id),
         SpanId::from(occurrence_span_id(trace_id)),

@@ -836,41 +836,25 @@ pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
     .await
 }
 
-/// Adds an occurrence of an active timer at `at`, due at once, beside its schedule's (the
-/// operator's "run now"): it is claimed, published and run like any other, with its own
-/// identity. Returns its task id, or `None` when the timer is not active or already has an
-/// occurrence at `at`.
-pub async fn trigger(db: &PgPool, timer_id: Uuid, at: DateTime<Utc>) -> Result<Option<i64>, sqlx::Error> {
+/// Adds occurrences of an active timer at the times `at`, due at once, beside its
+/// schedule's (the operator's trigger and backfill): each is claimed, published and run
+/// like any other, with its own identity, so one that exists already (it ran, or is
+/// planned) is left alone and never runs twice. Returns the ids of those added: none when
+/// the timer is not active.
+pub async fn add_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
-         SELECT id, $2, $2, version, $3, 'pending' FROM timers WHERE id = $1 AND state = 'active'
+         SELECT tm.id, s, now(), tm.version, $3, 'pending'
+           FROM timers tm, UNNEST($2::timestamptz[]) AS s
+          WHERE tm.id = $1 AND tm.state = 'active'
          ON CONFLICT (timer_id, scheduled_at) DO NOTHING
          RETURNING id",
     )
     .bind(timer_id)
     .bind(at)
     .bind(bucket_of(timer_id))
-    .fetch_optional(db)
+    .fetch_all(db)
     .await
-}
-
-/// Adds past occurrences of an active timer, due at once (the operator's backfill): each
-/// with its own identity, so an occurrence that exists already (it ran, or is planned) is
-/// left alone and never runs twice. Returns how many were added.
-pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<u64, sqlx::Error> {
-    let added = sqlx::query(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
-         SELECT tm.id, s, now(), tm.version, $3, 'pending'
-           FROM timers tm, UNNEST($2::timestamptz[]) AS s
-          WHERE tm.id = $1 AND tm.state = 'active'
-         ON CONFLICT (timer_id, scheduled_at) DO NOTHING",
-    )
-    .bind(timer_id)
-    .bind(at)
-    .bind(bucket_of(timer_id))
-    .execute(db)
-    .await?;
-    Ok(added.rows_affected())
 }
 
 /// The Kafka message for a due task. The key is the task identity; the value carries

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
 use punctual_shared::task;
-use punctual_shared::timer::{task_identity, FieldError, ScheduleSpec};
+use punctual_shared::timer::{task_identity, FieldError, ScheduleSpec, TimerRow};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -31,6 +31,18 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The timer, if it is active: only an active timer's occurrences run (409 otherwise).
+async fn active_timer(state: &AppState, id: Uuid, action: &str) -> Result<TimerRow, ApiError> {
+    let timer = fetch_timer(&state.pool, id).await?;
+    if timer.state != "active" {
+        return Err(ApiError::Conflict {
+            field: None,
+            detail: format!("timer {id} is {}: only an active timer is {action}", timer.state),
+        });
+    }
+    Ok(timer)
+}
+
 /// The occurrence a trigger added.
 #[derive(Debug, Serialize)]
 struct Triggered {
@@ -48,13 +60,9 @@ async fn trigger(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     let id = parse_id(&id)?;
-    let timer = fetch_timer(&state.pool, id).await?;
-    let conflict = |detail: String| ApiError::Conflict { field: None, detail };
-    if timer.state != "active" {
-        return Err(conflict(format!("timer {id} is {}: only an active timer is triggered", timer.state)));
-    }
+    active_timer(&state, id, "triggered").await?;
     let at = to_millis(Utc::now());
-    match task::trigger(&state.pool, id, at).await? {
+    match task::add_occurrences(&state.pool, id, &[at]).await?.first().copied() {
         Some(task_id) => {
             tracing::info!(timer_id = %id, %at, task_id, "timer triggered");
             let triggered =
@@ -62,7 +70,10 @@ async fn trigger(
             Ok((StatusCode::ACCEPTED, Json(triggered)))
         }
         // Paused or deleted meanwhile, or an occurrence at this very millisecond.
-        None => Err(conflict(format!("timer {id} changed or has an occurrence at {at} already: try again"))),
+        None => Err(ApiError::Conflict {
+            field: None,
+            detail: format!("timer {id} changed or has an occurrence at {at} already: try again"),
+        }),
     }
 }
 
@@ -99,13 +110,7 @@ async fn backfill(
     if request.from >= request.to {
         return Err(FieldError::new("from", "must be before `to`").into());
     }
-    let timer = fetch_timer(&state.pool, id).await?;
-    if timer.state != "active" {
-        return Err(ApiError::Conflict {
-            field: None,
-            detail: format!("timer {id} is {}: only an active timer is backfilled", timer.state),
-        });
-    }
+    let timer = active_timer(&state, id, "backfilled").await?;
     let schedule = timer.schedule()?;
     let mut at = Vec::new();
     let mut next = schedule.first_from(timer.created_at, request.from);
@@ -120,7 +125,7 @@ async fn backfill(
         at.push(t);
         next = schedule.next_after(timer.created_at, t);
     }
-    let added = task::backfill(&state.pool, id, &at).await?;
+    let added = task::add_occurrences(&state.pool, id, &at).await?.len() as u64;
     tracing::info!(timer_id = %id, from = %request.from, to = %request.to, occurrences = at.len(), added, "timer backfilled");
     Ok((StatusCode::ACCEPTED, Json(Backfilled { occurrences: at.len(), added })))
 }

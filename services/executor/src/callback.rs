@@ -429,7 +429,9 @@ async fn request(
         }
     }
     let identity = task.identity();
-    headers.insert("idempotency-key", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
+    // Also the Standard Webhooks `webhook-id`, below: built once, shared.
+    let identity_header = HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?;
+    headers.insert("idempotency-key", identity_header.clone());
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
     // A timer's own traceparent header, if it sets one, is kept.
     if !headers.contains_key("traceparent") {
@@ -453,7 +455,7 @@ async fn request(
     // Standard Webhooks: the identity, the time of this attempt, and the signature of both
     // with the exact body sent, per secret of the namespace.
     let timestamp = Utc::now().timestamp();
-    headers.insert("webhook-id", HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?);
+    headers.insert("webhook-id", identity_header);
     headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
     if let Some(signature) = signature_header(secrets.unwrap_or_default(), &identity, timestamp, &body) {
         headers.insert("webhook-signature", HeaderValue::from_str(&signature).expect("base64 and spaces"));

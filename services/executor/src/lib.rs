@@ -491,10 +491,7 @@ async fn consume(
                 scheduled_at = %scheduled_at,
                 attempt,
             );
-            punctual_shared::otlp::set_occurrence_parent(
-                &span,
-                punctual_shared::trace_context::trace_id(timer_id, scheduled_at),
-            );
+            punctual_shared::otlp::set_occurrence_parent(&span, timer_id, scheduled_at);
             runs.spawn(
                 async move {
                     tokio::select! {

@@ -8,8 +8,8 @@ use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
+use punctual_shared::otlp;
 use punctual_shared::task::{ClaimedTask, TaskMessage};
-use punctual_shared::{otlp, trace_context};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -113,7 +113,7 @@ impl Publisher {
                         bucket = t.bucket,
                         partition,
                     );
-                    otlp::set_occurrence_parent(&span, trace_context::trace_id(t.timer_id, t.scheduled_at));
+                    otlp::set_occurrence_parent(&span, t.timer_id, t.scheduled_at);
                     pending.push(Pending { task_id: t.id, delivery, span });
                 }
                 Err((e, _)) => {
