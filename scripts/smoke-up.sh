@@ -19,14 +19,17 @@ fail() { echo "smoke-up: FAILED: $*"; scripts/down.sh >/dev/null 2>&1 || true; e
 
 scripts/up.sh >/tmp/punctual-smoke-up.log 2>&1 || { cat /tmp/punctual-smoke-up.log; fail "make up"; }
 id=$(cat "$PUNCTUAL_RUN_DIR/demo-timer.id")
+grep -q '^API key: pct_' /tmp/punctual-smoke-up.log || fail "make up did not print the API key"
+auth=(-H "Authorization: Bearer $(cat "$PUNCTUAL_RUN_DIR/api-key")")
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$PUNCTUAL_ADMIN_ADDR/v1/timers")" = 401 ] || fail "the API answers without a key"
 succeeded() {
-  curl -fsS "http://$PUNCTUAL_ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=1000" |
+  curl -fsS "${auth[@]}" "http://$PUNCTUAL_ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=1000" |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))'
 }
 first=$(succeeded)
 [ "$first" -ge 1 ] || fail "the demo timer has not fired"
 scripts/up.sh >/tmp/punctual-smoke-up.log 2>&1 || { cat /tmp/punctual-smoke-up.log; fail "second make up"; }
-count=$(curl -fsS "http://$PUNCTUAL_ADMIN_ADDR/v1/timers?namespace=demo" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["timers"]))')
+count=$(curl -fsS "${auth[@]}" "http://$PUNCTUAL_ADMIN_ADDR/v1/timers?namespace=demo" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["timers"]))')
 [ "$count" = 1 ] || fail "a second make up left $count demo timers"
 sleep 6
 [ "$(succeeded)" -gt "$first" ] || fail "the demo timer stopped firing"

@@ -56,6 +56,16 @@ start() { # name binary health-address
   echo "$name did not become healthy; its log:"; tail -n 20 "$run/logs/$name.log"; exit 1
 }
 
+# The admin API's first key (an admin key): made once, kept in the run folder, readable
+# only by its owner; the admin creates it at start if it does not exist yet.
+if [ ! -s "$run/api-key" ]; then
+  (umask 077 && python3 -c 'import base64, secrets
+print("pct_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode())' >"$run/api-key")
+fi
+API_KEY=$(cat "$run/api-key")
+export PUNCTUAL_BOOTSTRAP_API_KEY=$API_KEY
+auth=(-H "Authorization: Bearer $API_KEY")
+
 say "starting the services"
 # The admin runs the migrations; the others wait for them too (each migrates, idempotently).
 start admin punctual-admin "$ADMIN_ADDR"
@@ -71,24 +81,24 @@ fi
 say "creating the demo timer"
 body='{"namespace":"demo","name":"every-5-seconds","schedule":{"cron":"*/5 * * * * *"},
        "action":{"http":{"method":"POST","url":"http://'"$SINK_ADDR"'/demo","body":{"hello":"punctual"}}}}'
-answer=$(curl -sS -w '\n%{http_code}' -H 'content-type: application/json' -d "$body" "http://$ADMIN_ADDR/v1/timers")
+answer=$(curl -sS "${auth[@]}" -w '\n%{http_code}' -H 'content-type: application/json' -d "$body" "http://$ADMIN_ADDR/v1/timers")
 code=$(tail -n1 <<<"$answer")
 if [ "$code" = 201 ]; then
   id=$(head -n -1 <<<"$answer" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   echo "created timer $id"
 elif [ "$code" = 409 ]; then
-  id=$(curl -fsS "http://$ADMIN_ADDR/v1/timers?namespace=demo" |
+  id=$(curl -fsS "${auth[@]}" "http://$ADMIN_ADDR/v1/timers?namespace=demo" |
     python3 -c 'import json,sys; print([t["id"] for t in json.load(sys.stdin)["timers"] if t["name"]=="every-5-seconds"][0])')
   echo "demo timer exists already: $id"
   # Point it at this run's demo sink, should the address have changed since.
-  patch=$(curl -fsS "http://$ADMIN_ADDR/v1/timers/$id" | python3 -c '
+  patch=$(curl -fsS "${auth[@]}" "http://$ADMIN_ADDR/v1/timers/$id" | python3 -c '
 import json, sys
 t = json.load(sys.stdin); url = "http://'"$SINK_ADDR"'/demo"
 if t["action"]["http"]["url"] != url:
     t["action"]["http"]["url"] = url
-    print(json.dumps({"version": t["version"], "action": t["action"]}))')
+    print(json.dumps({"revision": t["revision"], "action": t["action"]}))')
   if [ -n "$patch" ]; then
-    curl -fsS -X PATCH -H 'content-type: application/json' -d "$patch" "http://$ADMIN_ADDR/v1/timers/$id" >/dev/null
+    curl -fsS "${auth[@]}" -X PATCH -H 'content-type: application/json' -d "$patch" "http://$ADMIN_ADDR/v1/timers/$id" >/dev/null
     echo "demo timer now calls http://$SINK_ADDR/demo"
   fi
 else
@@ -98,18 +108,20 @@ echo "$id" >"$run/demo-timer.id"
 
 say "waiting for the demo timer to fire"
 for _ in $(seq 1 40); do
-  ok=$(curl -fsS "http://$ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=1" |
+  ok=$(curl -fsS "${auth[@]}" "http://$ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=1" |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')
   [ "$ok" -ge 1 ] && break
   sleep 0.5
 done
-curl -fsS "http://$ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=2" | python3 -m json.tool
+curl -fsS "${auth[@]}" "http://$ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=2" | python3 -m json.tool
 
 cat <<INFO
 
 Punctual is up.
+API key: $API_KEY
+  (an admin key, kept in ${run}/api-key; send it as Authorization: Bearer <key>)
   Admin API        http://$ADMIN_ADDR/v1/timers
-  Demo timer runs  curl -s http://$ADMIN_ADDR/v1/timers/$id/runs | python3 -m json.tool
+  Demo timer runs  curl -s -H "Authorization: Bearer \$(cat ${run}/api-key)" http://$ADMIN_ADDR/v1/timers/$id/runs | python3 -m json.tool
   Metrics          http://$ADMIN_ADDR/metrics  http://$SCANNER_ADDR/metrics  http://$EXECUTOR_ADDR/metrics
   Postgres         psql -h 127.0.0.1 -p $PG_PORT -U postgres punctual
   Logs             .run/logs/

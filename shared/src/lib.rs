@@ -2,6 +2,7 @@
 //! schema access, the Kafka message format, configuration, telemetry and the operations
 //! endpoints every service serves.
 
+pub mod api_key;
 pub mod bucket;
 pub mod config;
 pub mod db;

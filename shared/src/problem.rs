@@ -33,12 +33,20 @@ impl Problem {
             field,
         }
     }
+
+    /// A problem with a kind of its own, where the status alone would not tell it apart.
+    pub fn of_kind(status: StatusCode, kind: &str, detail: impl Into<String>, field: Option<String>) -> Self {
+        Self { kind: format!("urn:punctual:problem:{kind}"), ..Self::new(status, detail, field) }
+    }
 }
 
 /// The stable name of each status's kind of problem.
 fn kind(status: StatusCode) -> &'static str {
     match status {
         StatusCode::BAD_REQUEST => "malformed-request",
+        StatusCode::UNAUTHORIZED => "unauthenticated",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::TOO_MANY_REQUESTS => "rate-limited",
         StatusCode::UNPROCESSABLE_ENTITY => "invalid-field",
         StatusCode::NOT_FOUND => "not-found",
         StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",

@@ -22,7 +22,10 @@ pub struct Stack {
     pub executor: ServiceProcess,
     /// Further instances started with [`Stack::add`], killed with the stack.
     pub more: Vec<ServiceProcess>,
+    /// Sends the stack's admin key with every request.
     pub http: reqwest::Client,
+    /// The admin API's bootstrap key.
+    pub api_key: String,
     /// The environment every service was started with.
     pub env: Vec<(&'static str, String)>,
 }
@@ -39,6 +42,7 @@ impl Stack {
     pub async fn start_on(database_server: &str, brokers: &str, extra: &[(&'static str, String)]) -> Stack {
         let db = TestDb::create_on(database_server).await;
         let topic = unique_name("punctual.tasks");
+        let api_key = punctual_shared::api_key::ApiKey::generate().expose().to_owned();
         let dead_topic = unique_name("punctual.dead");
         let mut env: Vec<(&'static str, String)> = vec![
             ("PUNCTUAL_DATABASE_URL", db.url.clone()),
@@ -49,6 +53,7 @@ impl Stack {
             ("PUNCTUAL_EXECUTOR_GROUP", unique_name("executors")),
             // The tests' callback targets listen on loopback, which the guard refuses unless allowed.
             ("PUNCTUAL_CALLBACK_ALLOW", LOOPBACK.to_owned()),
+            ("PUNCTUAL_BOOTSTRAP_API_KEY", api_key.clone()),
         ];
         env.extend(extra.iter().cloned());
         let tag = unique_name("");
@@ -60,7 +65,11 @@ impl Stack {
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
-        Stack { db, topic, dead_topic, admin, scanner, executor, more: Vec::new(), http: reqwest::Client::new(), env }
+        let mut headers = reqwest::header::HeaderMap::new();
+        let bearer = format!("Bearer {api_key}").parse().expect("a key is a header value");
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        let http = reqwest::Client::builder().default_headers(headers).build().expect("an HTTP client");
+        Stack { db, topic, dead_topic, admin, scanner, executor, more: Vec::new(), http, api_key, env }
     }
 
     /// One more instance of `binary` (e.g. a second scanner) against the same database and

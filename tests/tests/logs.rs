@@ -1,6 +1,6 @@
 //! The services' logs: one JSON object a line with `PUNCTUAL_LOG_FORMAT=json`, and no
-//! secret in any line (callback headers, Kafka credentials, signing secrets), even at the
-//! debug level.
+//! secret in any line (callback headers, Kafka credentials, signing secrets, API keys),
+//! even at the debug level.
 
 use std::time::Duration;
 
@@ -24,6 +24,18 @@ async fn json_logs_at_debug_level_carry_no_secret() {
     let r = stack.http.post(stack.admin.url("/v1/namespaces/default/signing-secrets")).send().await.unwrap();
     assert_eq!(r.status(), 201);
     let signing_secret = r.json::<Value>().await.unwrap()["secret"].as_str().unwrap().to_owned();
+    // A key made through the API and used: neither it nor the bootstrap key is logged.
+    let r = stack
+        .http
+        .post(stack.admin.url("/v1/keys"))
+        .json(&json!({"name": "reader", "role": "read", "namespaces": ["default"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let api_key = r.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_owned();
+    let r = reqwest::Client::new().get(stack.admin.url("/v1/timers")).bearer_auth(&api_key).send().await.unwrap();
+    assert_eq!(r.status(), 200);
     let timer = stack
         .create_timer(&json!({"name": "authorized", "schedule": {"every_ms": 1000},
             "action": {"http": {"url": sink.url("/hook"), "headers": {"Authorization": format!("Bearer {HEADER_SECRET}")}}}}))
@@ -51,7 +63,15 @@ async fn json_logs_at_debug_level_carry_no_secret() {
                 serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {line}", service.name));
             assert!(event["level"].is_string() && event["timestamp"].is_string(), "{}: {line}", service.name);
         }
-        for secret in [HEADER_SECRET, KAFKA_SECRET, &signing_secret["whsec_".len()..]] {
+        // A key's first characters are shown in listings and may be logged; the rest never.
+        let key_rest = |key: &str| key["pct_".len() + punctual_shared::api_key::SHOWN_CHARS..].to_owned();
+        for secret in [
+            HEADER_SECRET,
+            KAFKA_SECRET,
+            &signing_secret["whsec_".len()..],
+            &key_rest(&api_key),
+            &key_rest(&stack.api_key),
+        ] {
             let leaks: Vec<&&str> = lines.iter().filter(|l| l.contains(secret)).collect();
             assert!(leaks.is_empty(), "{} logged a secret:\n{leaks:?}", service.name);
         }

@@ -18,9 +18,11 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::secret_headers::SecretHeaders;
+use punctual_shared::api_key::Role;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -32,6 +34,8 @@ pub struct AppState {
     pub secret_headers: SecretHeaders,
     /// The shortest time between two fires of one timer (`PUNCTUAL_MIN_FIRE_INTERVAL_MS`).
     pub min_fire_interval: chrono::Duration,
+    /// The most live timers a namespace holds (`PUNCTUAL_NAMESPACE_MAX_TIMERS`).
+    pub namespace_max_timers: i64,
 }
 
 impl AppState {
@@ -178,15 +182,18 @@ fn not_found(id: Uuid) -> ApiError {
 
 async fn create_timer(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
+    caller.require(Role::Write)?;
     let mut spec: Value = parse_json(&headers, &body)?;
     state.secret_headers.restore(&mut spec, None)?;
     let timer = from_value::<TimerSpec>(spec)?.validate()?;
+    caller.require_in(&timer.namespace, Role::Write)?;
     check_target(&state.guard, &timer)?;
     check_density(state.min_fire_interval, &timer)?;
-    let row = insert_timer(&state.pool, &timer).await?;
+    let row = insert_timer(&state.pool, &timer, state.namespace_max_timers).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
     let location = format!("/v1/timers/{}", row.id);
@@ -266,19 +273,35 @@ fn name_conflict(t: &NewTimer) -> ApiError {
 }
 
 /// Inserts the timer for the planner to pick up (`plan_status = 'new'`, which also
-/// notifies the scanners), exactly as a plain SQL insert would: one path for both.
-async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError> {
+/// notifies the scanners), exactly as a plain SQL insert would: one path for both. A
+/// namespace holding `max_timers` live timers takes no more (creates in one namespace take
+/// turns, so the count holds).
+async fn insert_timer(pool: &PgPool, t: &NewTimer, max_timers: i64) -> Result<TimerRow, ApiError> {
     let s = ScheduleColumns::from(&t.schedule);
     let created_at = to_millis(Utc::now());
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('timers ' || $1))").bind(&t.namespace).execute(&mut *tx).await?;
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM timers WHERE namespace = $1 AND state <> 'deleted'")
+        .bind(&t.namespace)
+        .fetch_one(&mut *tx)
+        .await?;
+    if live >= max_timers {
+        return Err(ApiError::QuotaExceeded(format!(
+            "namespace {:?} holds {live} timers, its quota (PUNCTUAL_NAMESPACE_MAX_TIMERS): delete some first",
+            t.namespace
+        )));
+    }
     let sql = format!(
         "INSERT INTO timers ({DEFINITION_COLUMNS}, created_at, updated_at)
          VALUES ({DEFINITION_PARAMS}, ${NEXT_PARAM}, ${NEXT_PARAM}) RETURNING *"
     );
-    match bind_definition(sqlx::query_as(&sql), t, &s).bind(created_at).fetch_one(pool).await {
-        Ok(row) => Ok(row),
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(name_conflict(t)),
-        Err(e) => Err(e.into()),
-    }
+    let row = match bind_definition(sqlx::query_as(&sql), t, &s).bind(created_at).fetch_one(&mut *tx).await {
+        Ok(row) => row,
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Err(name_conflict(t)),
+        Err(e) => return Err(e.into()),
+    };
+    tx.commit().await?;
+    Ok(row)
 }
 
 /// `PATCH /v1/timers/{id}`: changes any of name, schedule, action, retry and the policies.
@@ -286,10 +309,12 @@ async fn insert_timer(pool: &PgPool, t: &NewTimer) -> Result<TimerRow, ApiError>
 /// written and the answer is 409. The merged timer is checked as a whole, like a new one.
 async fn patch_timer(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Role::Write)?;
     let id = parse_id(&id)?;
     let patch: serde_json::Map<String, Value> = parse_json(&headers, &body)?;
     let revision = match patch.get("revision") {
@@ -306,7 +331,7 @@ async fn patch_timer(
             })
         }
     };
-    let current = fetch_timer(&state.pool, id).await?;
+    let current = fetch_timer(&state.pool, &caller, id).await?;
     let view = current.to_view(Utc::now());
     let mut spec = serde_json::Map::new();
     for key in
@@ -359,7 +384,7 @@ async fn patch_timer(
             Ok(Json(state.view(&row, Utc::now())))
         }
         None => {
-            let now = fetch_timer(&state.pool, id).await?;
+            let now = fetch_timer(&state.pool, &caller, id).await?;
             Err(ApiError::Conflict {
                 field: Some("revision".into()),
                 detail: format!(
@@ -371,16 +396,25 @@ async fn patch_timer(
     }
 }
 
-pub(crate) async fn fetch_timer(pool: &PgPool, id: Uuid) -> Result<TimerRow, ApiError> {
-    sqlx::query_as::<_, TimerRow>("SELECT * FROM timers WHERE id = $1 AND state <> 'deleted'")
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| not_found(id))
+/// A live timer the caller sees; one in a namespace it cannot see is answered exactly as
+/// an unknown id.
+pub(crate) async fn fetch_timer(pool: &PgPool, caller: &Caller, id: Uuid) -> Result<TimerRow, ApiError> {
+    sqlx::query_as::<_, TimerRow>(
+        "SELECT * FROM timers WHERE id = $1 AND state <> 'deleted' AND ($2::text[] IS NULL OR namespace = ANY($2))",
+    )
+    .bind(id)
+    .bind(caller.visible())
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| not_found(id))
 }
 
-async fn get_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    let row = fetch_timer(&state.pool, parse_id(&id)?).await?;
+async fn get_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let row = fetch_timer(&state.pool, &caller, parse_id(&id)?).await?;
     Ok(Json(state.view(&row, Utc::now())))
 }
 
@@ -394,18 +428,24 @@ struct ListQuery {
 
 async fn list_timers(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
     let limit = page_limit(q.limit)?;
+    if let Some(namespace) = &q.namespace {
+        caller.require_in(namespace, Role::Read)?;
+    }
     let rows = sqlx::query_as::<_, TimerRow>(
         "SELECT * FROM timers
           WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
+            AND ($4::text[] IS NULL OR namespace = ANY($4))
           ORDER BY id LIMIT $3",
     )
     .bind(&q.namespace)
     .bind(q.after)
     .bind(limit)
+    .bind(caller.visible())
     .fetch_all(&state.pool)
     .await?;
     let now = Utc::now();
@@ -418,29 +458,47 @@ async fn list_timers(
 
 /// Sets the state of a live timer; the schema's trigger does the rest (a resumed timer
 /// goes back to the planner, which continues from now).
-async fn set_state(pool: &PgPool, id: Uuid, new_state: &str) -> Result<TimerRow, ApiError> {
-    sqlx::query_as::<_, TimerRow>("UPDATE timers SET state = $2 WHERE id = $1 AND state <> 'deleted' RETURNING *")
-        .bind(id)
-        .bind(new_state)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| not_found(id))
+async fn set_state(pool: &PgPool, caller: &Caller, id: &str, new_state: &str) -> Result<TimerRow, ApiError> {
+    caller.require(Role::Write)?;
+    let id = parse_id(id)?;
+    sqlx::query_as::<_, TimerRow>(
+        "UPDATE timers SET state = $2
+          WHERE id = $1 AND state <> 'deleted' AND ($3::text[] IS NULL OR namespace = ANY($3)) RETURNING *",
+    )
+    .bind(id)
+    .bind(new_state)
+    .bind(caller.visible())
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| not_found(id))
 }
 
-async fn pause_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    let row = set_state(&state.pool, parse_id(&id)?, "paused").await?;
+async fn pause_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let row = set_state(&state.pool, &caller, &id, "paused").await?;
     Ok(Json(state.view(&row, Utc::now())))
 }
 
-async fn resume_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    let row = set_state(&state.pool, parse_id(&id)?, "active").await?;
+async fn resume_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let row = set_state(&state.pool, &caller, &id, "active").await?;
     Ok(Json(state.view(&row, Utc::now())))
 }
 
 /// Deleting keeps the row (and its history) with `state = 'deleted'`; occurrences not yet
 /// started are cancelled by the executor, a run in flight completes.
-async fn delete_timer(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    set_state(&state.pool, parse_id(&id)?, "deleted").await?;
+async fn delete_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    set_state(&state.pool, &caller, &id, "deleted").await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -478,19 +536,14 @@ pub(crate) struct RunRow {
 
 async fn list_runs(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
     let limit = page_limit(q.limit)?;
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM timers WHERE id = $1 AND state <> 'deleted'")
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    if exists.is_none() {
-        return Err(not_found(id));
-    }
+    fetch_timer(&state.pool, &caller, id).await?;
     let runs = sqlx::query_as::<_, RunRow>(&format!(
         "SELECT {RUN_COLUMNS} FROM tasks t
           WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2)
@@ -515,32 +568,49 @@ struct TasksQuery {
 /// first (for operators: what is dead, what is stuck).
 async fn list_tasks(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: Some("status".into()), detail: e.body_text() })?;
     let limit = page_limit(q.limit)?;
+    if let Some(namespace) = &q.namespace {
+        caller.require_in(namespace, Role::Read)?;
+    }
     let runs = sqlx::query_as::<_, RunRow>(&format!(
         "SELECT {RUN_COLUMNS} FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.status = $1 AND ($2::text IS NULL OR tm.namespace = $2)
+            AND ($4::text[] IS NULL OR tm.namespace = ANY($4))
           ORDER BY t.due_at DESC LIMIT $3"
     ))
     .bind(&q.status)
     .bind(&q.namespace)
     .bind(limit)
+    .bind(caller.visible())
     .fetch_all(&state.pool)
     .await?;
     Ok(Json(json!({ "tasks": runs })))
 }
 
 /// `POST /v1/tasks/{id}/replay`: a dead task runs again, now, as a further attempt.
-async fn replay_task(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn replay_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Role::Write)?;
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a task id: {id:?}") })?;
-    let replayed = task::replay(&state.pool, &[id]).await?;
+    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &[id]).await?).await?;
     if replayed.is_empty() {
-        let status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM tasks WHERE id = $1").bind(id).fetch_optional(&state.pool).await?;
+        let status: Option<String> = sqlx::query_scalar(
+            "SELECT t.status FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+              WHERE t.id = $1 AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+        )
+        .bind(id)
+        .bind(caller.visible())
+        .fetch_optional(&state.pool)
+        .await?;
         return Err(match status {
             None => ApiError::NotFound(format!("no task with id {id}")),
             Some(s) => ApiError::Conflict {
@@ -558,12 +628,31 @@ struct ReplayRequest {
     ids: Vec<i64>,
 }
 
-/// `POST /v1/tasks/replay {"ids": [...]}`: replays the dead ones among `ids`.
-async fn replay_tasks(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+/// Those of `ids` that are tasks of timers the caller sees.
+async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Vec<i64>, ApiError> {
+    Ok(sqlx::query_scalar(
+        "SELECT t.id FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.id = ANY($1) AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+    )
+    .bind(ids)
+    .bind(caller.visible())
+    .fetch_all(pool)
+    .await?)
+}
+
+/// `POST /v1/tasks/replay {"ids": [...]}`: replays the dead ones among `ids` (of those the
+/// caller sees).
+async fn replay_tasks(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Role::Write)?;
     let request: ReplayRequest = parse_json(&headers, &body)?;
     if request.ids.is_empty() || request.ids.len() > 10_000 {
         return Err(ApiError::BadRequest { field: Some("ids".into()), detail: "ids: give 1 to 10000 task ids".into() });
     }
-    let replayed = task::replay(&state.pool, &request.ids).await?;
+    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &request.ids).await?).await?;
     Ok(Json(json!({ "replayed": replayed })))
 }

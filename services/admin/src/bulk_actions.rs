@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::api::{parse_json, AppState};
+use crate::auth::Caller;
 use crate::error::ApiError;
+use punctual_shared::api_key::Role;
 
 /// Most timers one call changes.
 pub const MAX_PER_CALL: i64 = 10_000;
@@ -56,6 +58,7 @@ fn transition(action: &str) -> Option<(&'static [&'static str], &'static str)> {
 
 async fn bulk(
     State(state): State<AppState>,
+    caller: Caller,
     Path(action): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -65,6 +68,7 @@ async fn bulk(
     };
     let filter: Filter = parse_json(&headers, &body)?;
     check_namespace(&filter.namespace)?;
+    caller.require_in(&filter.namespace, Role::Write)?;
     if filter.ids.as_ref().is_some_and(|ids| ids.len() as i64 > MAX_PER_CALL) {
         return Err(FieldError::new("ids", format!("at most {MAX_PER_CALL} ids")).into());
     }

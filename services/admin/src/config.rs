@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use punctual_shared::config::DatabaseConfig;
 use punctual_shared::target_guard::TargetGuard;
 
+use crate::auth::AuthConfig;
 use crate::secret_headers::SecretHeaders;
 
 #[derive(Debug, Clone, clap::Parser)]
@@ -31,4 +32,9 @@ pub struct AdminConfig {
     /// below it, or a cron expression firing twice within it, is refused (422).
     #[arg(long, env = "PUNCTUAL_MIN_FIRE_INTERVAL_MS", default_value_t = 1_000)]
     pub min_fire_interval_ms: u64,
+    /// The most timers (not deleted) a namespace may hold through the API (409 beyond).
+    #[arg(long, env = "PUNCTUAL_NAMESPACE_MAX_TIMERS", default_value_t = 100_000)]
+    pub namespace_max_timers: u64,
+    #[command(flatten)]
+    pub auth: AuthConfig,
 }

@@ -2,7 +2,7 @@
 //! field at fault. Clients never see raw database errors: those are logged and answered
 //! with a generic 500.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use punctual_shared::problem::Problem;
 use punctual_shared::timer::FieldError;
@@ -19,6 +19,18 @@ pub enum ApiError {
     NotFound(String),
     #[error("{detail}")]
     Conflict { field: Option<String>, detail: String },
+    /// No key, or not a valid one.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The key may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The key sent more requests than its rate allows; it may try again after this long.
+    #[error("rate limit reached: retry after {retry_after_s} s")]
+    RateLimited { retry_after_s: u64 },
+    /// A namespace holds as many timers as it may.
+    #[error("{0}")]
+    QuotaExceeded(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }
@@ -30,6 +42,21 @@ impl IntoResponse for ApiError {
             ApiError::Invalid(e) => Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string(), Some(e.field)),
             ApiError::NotFound(detail) => Problem::new(StatusCode::NOT_FOUND, detail, None),
             ApiError::Conflict { field, detail } => Problem::new(StatusCode::CONFLICT, detail, field),
+            ApiError::Unauthenticated(detail) => {
+                let mut response = Problem::new(StatusCode::UNAUTHORIZED, detail, None).into_response();
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return response;
+            }
+            ApiError::Forbidden(detail) => Problem::new(StatusCode::FORBIDDEN, detail, None),
+            ApiError::RateLimited { retry_after_s } => {
+                let detail = format!("this key's request rate is spent: retry after {retry_after_s} s");
+                let mut response = Problem::new(StatusCode::TOO_MANY_REQUESTS, detail, None).into_response();
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+                return response;
+            }
+            ApiError::QuotaExceeded(detail) => {
+                Problem::of_kind(StatusCode::CONFLICT, "quota-exceeded", detail, Some("namespace".into()))
+            }
             ApiError::Database(e) => {
                 tracing::error!(error = %e, "database error");
                 Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "the request could not be completed; try again", None)

@@ -1,6 +1,8 @@
 //! The admin service: Punctual's REST API over the `timers` and `tasks` tables.
 
 pub mod api;
+pub mod api_keys;
+pub mod auth;
 pub mod bulk_actions;
 pub mod config;
 pub mod error;
@@ -51,13 +53,18 @@ impl App {
             guard,
             secret_headers: config.secret_headers.clone(),
             min_fire_interval: chrono::Duration::milliseconds(config.min_fire_interval_ms.min(i64::MAX as u64) as i64),
+            namespace_max_timers: config.namespace_max_timers.min(i64::MAX as u64) as i64,
         };
-        let router = api::router(state.clone())
+        let authenticator = auth::Authenticator::start(pool.clone(), &config.auth).await.context("API keys")?;
+        let api = api::router(state.clone())
+            .merge(api_keys::router(state.clone()))
             .merge(signing_secrets::router(state.clone()))
             .merge(operator_actions::router(state.clone()))
             .merge(namespace_stats::router(state.clone()))
             .merge(bulk_actions::router(state.clone()))
             .merge(namespace_runs::router(state))
+            .layer(axum::middleware::from_fn_with_state(authenticator, auth::authenticate));
+        let router = api
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

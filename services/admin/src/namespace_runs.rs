@@ -10,7 +10,9 @@ use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{page_limit, AppState, RunRow, RUN_COLUMNS};
+use crate::auth::Caller;
 use crate::error::ApiError;
+use punctual_shared::api_key::Role;
 
 /// The statuses an occurrence may be in.
 const STATUSES: [&str; 6] = ["pending", "claimed", "running", "succeeded", "dead", "cancelled"];
@@ -52,10 +54,12 @@ fn parse_cursor(cursor: &str) -> Result<(DateTime<Utc>, i64), FieldError> {
 
 async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Path(namespace): Path<String>,
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunsPage>, ApiError> {
     check_namespace(&namespace)?;
+    caller.require_in(&namespace, Role::Read)?;
     let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
     let limit = page_limit(q.limit)?;
     if let Some(status) = q.status.as_deref().filter(|s| !STATUSES.contains(s)) {

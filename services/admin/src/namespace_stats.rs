@@ -12,8 +12,10 @@ use punctual_shared::timer::check_namespace;
 use serde::Serialize;
 
 use crate::api::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::timer_stats::{COUNTED_STATE, COUNTED_STATES};
+use punctual_shared::api_key::Role;
 
 /// Occurrence statuses as counted: waiting (pending, claimed), running, succeeded, dead, cancelled.
 const OCCURRENCE_STATUSES: [&str; 5] = ["waiting", "running", "succeeded", "dead", "cancelled"];
@@ -41,8 +43,13 @@ struct LastHour {
     failed_attempts: i64,
 }
 
-async fn stats(State(state): State<AppState>, Path(namespace): Path<String>) -> Result<Json<NamespaceStats>, ApiError> {
+async fn stats(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(namespace): Path<String>,
+) -> Result<Json<NamespaceStats>, ApiError> {
     check_namespace(&namespace)?;
+    caller.require_in(&namespace, Role::Read)?;
     let to = Utc::now();
     let from = to - Duration::hours(1);
     let mut timers: BTreeMap<String, i64> = COUNTED_STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();

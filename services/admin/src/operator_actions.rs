@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::api::{fetch_timer, parse_id, parse_json, AppState};
+use crate::auth::Caller;
 use crate::error::ApiError;
+use punctual_shared::api_key::Role;
 
 /// Most fire times one preview gives.
 pub const MAX_PREVIEW: usize = 100;
@@ -32,8 +34,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The timer, if it is active: only an active timer's occurrences run (409 otherwise).
-async fn active_timer(state: &AppState, id: Uuid, action: &str) -> Result<TimerRow, ApiError> {
-    let timer = fetch_timer(&state.pool, id).await?;
+async fn active_timer(state: &AppState, caller: &Caller, id: Uuid, action: &str) -> Result<TimerRow, ApiError> {
+    caller.require(Role::Write)?;
+    let timer = fetch_timer(&state.pool, caller, id).await?;
     if timer.state != "active" {
         return Err(ApiError::Conflict {
             field: None,
@@ -57,10 +60,11 @@ struct Triggered {
 /// second or so, through the scanner and an executor like any other).
 async fn trigger(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     let id = parse_id(&id)?;
-    active_timer(&state, id, "triggered").await?;
+    active_timer(&state, &caller, id, "triggered").await?;
     let at = to_millis(Utc::now());
     match task::add_occurrences(&state.pool, id, &[at]).await?.first().copied() {
         Some(task_id) => {
@@ -97,6 +101,7 @@ struct Backfilled {
 /// occurrences of their own times (202). One that exists already is not run again.
 async fn backfill(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -110,7 +115,7 @@ async fn backfill(
     if request.from >= request.to {
         return Err(FieldError::new("from", "must be before `to`").into());
     }
-    let timer = active_timer(&state, id, "backfilled").await?;
+    let timer = active_timer(&state, &caller, id, "backfilled").await?;
     let schedule = timer.schedule()?;
     let mut at = Vec::new();
     let mut next = schedule.first_from(timer.created_at, request.from);

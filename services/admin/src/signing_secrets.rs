@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::api::{parse_json, AppState};
+use crate::auth::Caller;
 use crate::error::ApiError;
+use punctual_shared::api_key::Role;
 
 /// Most secrets a namespace holds at once: rotation needs two.
 pub const MAX_SECRETS_PER_NAMESPACE: i64 = 5;
@@ -60,17 +62,20 @@ struct SecretList {
     signing_secrets: Vec<ListedSecret>,
 }
 
-fn namespace(namespace: &str) -> Result<(), ApiError> {
-    check_namespace(namespace).map_err(ApiError::from)
+/// A namespace's secrets are read with `read` and changed with `write` in it.
+fn namespace(caller: &Caller, namespace: &str, role: Role) -> Result<(), ApiError> {
+    check_namespace(namespace)?;
+    caller.require_in(namespace, role)
 }
 
 async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     Path(ns): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<CreatedSecret>), ApiError> {
-    namespace(&ns)?;
+    namespace(&caller, &ns, Role::Write)?;
     let request: CreateSecret = if body.is_empty() { CreateSecret::default() } else { parse_json(&headers, &body)? };
     let secret = match request.secret {
         Some(given) => given.parse::<SigningSecret>().map_err(|e| FieldError::new("secret", e.to_string()))?,
@@ -102,8 +107,12 @@ async fn create(
     Ok((StatusCode::CREATED, Json(CreatedSecret { id, namespace: ns, secret: encoded, created_at })))
 }
 
-async fn list(State(state): State<AppState>, Path(ns): Path<String>) -> Result<Json<SecretList>, ApiError> {
-    namespace(&ns)?;
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ns): Path<String>,
+) -> Result<Json<SecretList>, ApiError> {
+    namespace(&caller, &ns, Role::Read)?;
     let signing_secrets = sqlx::query_as::<_, ListedSecret>(
         "SELECT id, namespace, left(secret, $2) || '…' AS prefix, created_at
            FROM signing_secrets WHERE namespace = $1 ORDER BY created_at, id",
@@ -115,8 +124,12 @@ async fn list(State(state): State<AppState>, Path(ns): Path<String>) -> Result<J
     Ok(Json(SecretList { signing_secrets }))
 }
 
-async fn remove(State(state): State<AppState>, Path((ns, id)): Path<(String, String)>) -> Result<StatusCode, ApiError> {
-    namespace(&ns)?;
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    namespace(&caller, &ns, Role::Write)?;
     let unknown = || ApiError::NotFound(format!("no signing secret {id} in namespace {ns}"));
     let Ok(secret_id) = Uuid::parse_str(&id) else {
         return Err(unknown());

@@ -1,101 +1,10 @@
 //! The REST API in-process against a real Postgres: shapes, errors, and that bad input
 //! leaves nothing behind.
 
-use punctual_admin::{AdminConfig, App};
-use punctual_testkit::TestDb;
+mod common;
+
+use common::{example, spawn_api, spawn_api_with, Api};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
-
-struct Api {
-    base: String,
-    client: reqwest::Client,
-    db: TestDb,
-    _stop: tokio_util::sync::DropGuard,
-}
-
-async fn spawn_api() -> Api {
-    spawn_api_with(1_000).await
-}
-
-async fn spawn_api_with(min_fire_interval_ms: u64) -> Api {
-    let db = TestDb::create().await;
-    // No callback address allowed beyond public ones, as by default.
-    let config = AdminConfig {
-        database: db.config(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_namespace_label: false,
-        callback_allow: Default::default(),
-        secret_headers: "X-Tenant-Key".parse().unwrap(),
-        min_fire_interval_ms,
-    };
-    let app = App::build(config).await.expect("admin starts");
-    let base = format!("http://{}", app.addr());
-    let token = CancellationToken::new();
-    tokio::spawn(app.run_until_stopped(token.clone()));
-    Api { base, client: reqwest::Client::new(), db, _stop: token.drop_guard() }
-}
-
-impl Api {
-    async fn post(&self, path: &str, body: &Value) -> (u16, Option<String>, Value) {
-        let r = self.client.post(format!("{}{path}", self.base)).json(body).send().await.unwrap();
-        Self::read(r).await
-    }
-    async fn post_raw(&self, path: &str, body: &str, content_type: &str) -> (u16, Option<String>, Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", content_type)
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap();
-        Self::read(r).await
-    }
-    async fn get(&self, path: &str) -> (u16, Option<String>, Value) {
-        Self::read(self.client.get(format!("{}{path}", self.base)).send().await.unwrap()).await
-    }
-    async fn delete(&self, path: &str) -> u16 {
-        self.client.delete(format!("{}{path}", self.base)).send().await.unwrap().status().as_u16()
-    }
-    async fn read(r: reqwest::Response) -> (u16, Option<String>, Value) {
-        let status = r.status().as_u16();
-        let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let text = r.text().await.unwrap();
-        (status, ct, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    }
-    /// Creates the example timer in `namespace`, named `name`; returns its id.
-    async fn timer_in(&self, namespace: &str, name: &str) -> uuid::Uuid {
-        let mut body = example();
-        body["namespace"] = json!(namespace);
-        body["name"] = json!(name);
-        let (status, _, timer) = self.post("/v1/timers", &body).await;
-        assert_eq!(status, 201, "{timer}");
-        uuid::Uuid::parse_str(timer["id"].as_str().unwrap()).unwrap()
-    }
-    /// Writes an occurrence of `timer` scheduled `minutes_ago` (on a whole minute).
-    async fn occurrence(&self, timer: uuid::Uuid, minutes_ago: i32, status: &str, attempt: i32) {
-        sqlx::query(
-            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt)
-             VALUES ($1, date_trunc('minute', now()) - $2 * interval '1 minute', now(), 1, 0, $3, $4)",
-        )
-        .bind(timer)
-        .bind(minutes_ago)
-        .bind(status)
-        .bind(attempt)
-        .execute(&self.db.pool)
-        .await
-        .unwrap();
-    }
-    async fn timer_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM timers").fetch_one(&self.db.pool).await.unwrap()
-    }
-}
-
-fn example() -> Value {
-    json!({"namespace":"billing","name":"nightly-invoices",
-           "schedule":{"cron":"0 0 2 * * *","timezone":"Europe/Berlin"},
-           "action":{"http":{"method":"POST","url":"https://hooks.example.com/hook","headers":{"X-Env":"prod"},"body":{"k":1},"timeout_ms":5000}}})
-}
 
 #[tokio::test]
 async fn create_get_list_pause_resume_delete() {
@@ -430,7 +339,7 @@ async fn a_client_stalled_in_its_head_or_body_is_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let api = spawn_api().await;
     let addr = api.base.trim_start_matches("http://").to_owned();
-    let stall = |request: &'static str| {
+    let stall = |request: String| {
         let addr = addr.clone();
         async move {
             let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
@@ -445,11 +354,12 @@ async fn a_client_stalled_in_its_head_or_body_is_cut_off() {
             (started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
         }
     };
+    let auth = format!("Authorization: Bearer {}\r\n", api.admin_key);
     let (head, body) = tokio::join!(
-        stall("GET /v1/timers HTTP/1.1\r\nHost: x\r\n"),
-        stall(
-            "POST /v1/timers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"na"
-        ),
+        stall(format!("GET /v1/timers HTTP/1.1\r\nHost: x\r\n{auth}")),
+        stall(format!(
+            "POST /v1/timers HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"na"
+        )),
     );
     println!("stalled head cut after {:?}, stalled body after {:?}", head.0, body.0);
     assert!(head.0 >= punctual_shared::http_server::HEADER_READ_TIMEOUT);
@@ -725,7 +635,7 @@ async fn a_namespaces_runs_are_paged_newest_first_and_filtered() {
 
 #[tokio::test]
 async fn timers_firing_more_often_than_the_minimum_interval_are_refused() {
-    let api = spawn_api_with(60_000).await;
+    let api = spawn_api_with(|c| c.min_fire_interval_ms = 60_000).await;
     let with_schedule = |schedule: Value| {
         let mut body = example();
         body["schedule"] = schedule;

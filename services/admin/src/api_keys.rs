@@ -1,0 +1,157 @@
+//! `/v1/keys`: the API keys, for admin keys only. A key is shown once, when it is created;
+//! listings show its id, name, a short prefix, role and namespaces. Revoking keeps the row
+//! and refuses the key from the next request on.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::timer::{check_namespace, FieldError};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::api::{parse_json, AppState};
+use crate::auth::Caller;
+use crate::error::ApiError;
+
+/// Most namespaces one key lists.
+pub const MAX_KEY_NAMESPACES: usize = 100;
+const MAX_KEY_NAME_CHARS: usize = 256;
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/v1/keys", get(list).post(create)).route("/v1/keys/{id}", delete(revoke)).with_state(state)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+    role: Role,
+    /// The namespaces a `read` or `write` key sees; none for an `admin` key.
+    #[serde(default)]
+    namespaces: Vec<String>,
+}
+
+/// A key as created: the only answer that shows it.
+#[derive(Debug, Serialize)]
+struct CreatedKey {
+    id: Uuid,
+    name: String,
+    key: String,
+    role: Role,
+    namespaces: Vec<String>,
+    created_at: DateTime<Utc>,
+}
+
+/// A key as listed: never the key itself.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+struct ListedKey {
+    id: Uuid,
+    name: String,
+    /// `pct_` and the key's first characters.
+    prefix: String,
+    role: String,
+    namespaces: Vec<String>,
+    created_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize)]
+struct KeyList {
+    keys: Vec<ListedKey>,
+}
+
+fn check(request: &CreateKey) -> Result<(), ApiError> {
+    let name_chars = request.name.chars().count();
+    if name_chars == 0 || name_chars > MAX_KEY_NAME_CHARS || request.name.chars().any(char::is_control) {
+        return Err(FieldError::new(
+            "name",
+            format!("must be 1 to {MAX_KEY_NAME_CHARS} characters, without control characters"),
+        )
+        .into());
+    }
+    match (request.role, request.namespaces.len()) {
+        (Role::Admin, 0) => {}
+        (Role::Admin, _) => {
+            return Err(FieldError::new("namespaces", "an admin key sees every namespace: list none").into())
+        }
+        (_, 0) => return Err(FieldError::new("namespaces", "a read or write key lists its namespaces").into()),
+        (_, n) if n > MAX_KEY_NAMESPACES => {
+            return Err(FieldError::new("namespaces", format!("at most {MAX_KEY_NAMESPACES}")).into())
+        }
+        _ => {}
+    }
+    for (i, namespace) in request.namespaces.iter().enumerate() {
+        check_namespace(namespace).map_err(|e| FieldError::new(format!("namespaces[{i}]"), e.message))?;
+    }
+    Ok(())
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
+    caller.require(Role::Admin)?;
+    let mut request: CreateKey = parse_json(&headers, &body)?;
+    check(&request)?;
+    request.namespaces.sort();
+    request.namespaces.dedup();
+    let key = ApiKey::generate();
+    let (id, created_at): (Uuid, DateTime<Utc>) = sqlx::query_as(
+        "INSERT INTO api_keys (name, digest, prefix, role, namespaces) VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, created_at",
+    )
+    .bind(&request.name)
+    .bind(key.digest())
+    .bind(key.shown_prefix())
+    .bind(request.role.as_str())
+    .bind(&request.namespaces)
+    .fetch_one(&state.pool)
+    .await?;
+    tracing::info!(key_id = %id, role = request.role.as_str(), by = ?caller.key_id, "API key created");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedKey {
+            id,
+            name: request.name,
+            key: key.expose().to_owned(),
+            role: request.role,
+            namespaces: request.namespaces,
+            created_at,
+        }),
+    ))
+}
+
+async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyList>, ApiError> {
+    caller.require(Role::Admin)?;
+    let keys = sqlx::query_as::<_, ListedKey>(
+        "SELECT id, name, prefix, role, namespaces, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+    )
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(KeyList { keys }))
+}
+
+/// Revokes a key; revoking a revoked key again changes nothing.
+async fn revoke(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    caller.require(Role::Admin)?;
+    let unknown = || ApiError::NotFound(format!("no API key with id {id}"));
+    let Ok(key_id) = Uuid::parse_str(&id) else {
+        return Err(unknown());
+    };
+    let found = sqlx::query("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
+        .bind(key_id)
+        .execute(&state.pool)
+        .await?
+        .rows_affected();
+    if found == 0 {
+        return Err(unknown());
+    }
+    tracing::info!(key_id = %key_id, by = ?caller.key_id, "API key revoked");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,227 @@
+//! Who is calling: every API request carries `Authorization: Bearer <key>`, which is looked
+//! up by its digest (one indexed read) and becomes the request's [`Caller`]: a role and the
+//! namespaces it sees. Then the key's request rate is checked.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use punctual_shared::api_key::{ApiKey, Role};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+/// Authentication settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuthConfig {
+    /// An admin key to create at start (if no key with it exists yet), so that the first
+    /// keys can be made through the API. A revoked bootstrap key stays revoked.
+    #[arg(long, env = "PUNCTUAL_BOOTSTRAP_API_KEY", hide_env_values = true)]
+    pub bootstrap_api_key: Option<ApiKey>,
+    /// Serve every request as an admin, without keys. Only for a closed network; logged as
+    /// a warning at start.
+    #[arg(long, env = "PUNCTUAL_AUTH_DISABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub auth_disabled: bool,
+    /// Requests per second one key may make to this admin instance (bursts of up to twice
+    /// as many); 0 for no limit.
+    #[arg(long, env = "PUNCTUAL_API_RATE_LIMIT", default_value_t = 50)]
+    pub api_rate_limit: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self { bootstrap_api_key: None, auth_disabled: false, api_rate_limit: 50 }
+    }
+}
+
+/// The key a request came with: what it may do and where.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: Option<Uuid>,
+    pub role: Role,
+    /// The namespaces the key sees; `None`: all of them (an admin key).
+    namespaces: Option<Arc<[String]>>,
+}
+
+impl Caller {
+    fn admin(key_id: Option<Uuid>) -> Self {
+        Self { key_id, role: Role::Admin, namespaces: None }
+    }
+
+    /// 403 unless the key's role includes `role`.
+    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+        if self.role >= role {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "this key's role is {}; this needs {} or above",
+                self.role.as_str(),
+                role.as_str()
+            )))
+        }
+    }
+
+    /// The namespaces the key sees, to bind as a `text[]` that is NULL for all of them: the
+    /// one form every scoped query takes (`$n::text[] IS NULL OR namespace = ANY($n)`).
+    pub fn visible(&self) -> Option<Vec<String>> {
+        self.namespaces.as_ref().map(|n| n.to_vec())
+    }
+
+    pub fn sees(&self, namespace: &str) -> bool {
+        self.namespaces.as_ref().is_none_or(|n| n.iter().any(|v| v == namespace))
+    }
+
+    /// 403 unless the key has `role` in `namespace`. For requests that name a namespace;
+    /// one that names an id answers 404 for what the key cannot see, as for an unknown id.
+    pub fn require_in(&self, namespace: &str, role: Role) -> Result<(), ApiError> {
+        self.require(role)?;
+        if self.sees(namespace) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!("this key cannot use namespace {namespace:?}")))
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            // A route outside the authenticating layer: a wiring error, refused rather than served.
+            tracing::error!(path = %parts.uri.path(), "a route without authentication asked for its caller");
+            ApiError::Unauthenticated("this route is not authenticated".into())
+        })
+    }
+}
+
+#[derive(Clone)]
+pub struct Authenticator {
+    pool: PgPool,
+    disabled: bool,
+    limiter: Option<Arc<DefaultKeyedRateLimiter<Uuid>>>,
+}
+
+impl Authenticator {
+    /// Creates the bootstrap key if it is new, and warns if authentication is off.
+    pub async fn start(pool: PgPool, config: &AuthConfig) -> Result<Self, sqlx::Error> {
+        if let Some(key) = &config.bootstrap_api_key {
+            let created = sqlx::query(
+                "INSERT INTO api_keys (name, digest, prefix, role) VALUES ('bootstrap', $1, $2, 'admin')
+                 ON CONFLICT (digest) DO NOTHING",
+            )
+            .bind(key.digest())
+            .bind(key.shown_prefix())
+            .execute(&pool)
+            .await?
+            .rows_affected();
+            if created > 0 {
+                tracing::info!(prefix = %key.shown_prefix(), "bootstrap API key created");
+            }
+        }
+        if config.auth_disabled {
+            tracing::warn!(
+                "AUTHENTICATION IS OFF (PUNCTUAL_AUTH_DISABLED=true): anyone who reaches this port is an admin of \
+                 every namespace"
+            );
+        }
+        let limiter = NonZeroU32::new(config.api_rate_limit).map(|rate| {
+            let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not zero"));
+            Arc::new(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)))
+        });
+        Ok(Self { pool, disabled: config.auth_disabled, limiter })
+    }
+
+    async fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        if self.disabled {
+            return Ok(Caller::admin(None));
+        }
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Err(ApiError::Unauthenticated("send an API key: Authorization: Bearer <key>".into()));
+        };
+        let key = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|k| k.trim().parse::<ApiKey>().ok())
+            .ok_or_else(|| ApiError::Unauthenticated("the Authorization header is not Bearer <API key>".into()))?;
+        let row: Option<(Uuid, String, Vec<String>)> =
+            sqlx::query_as("SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL")
+                .bind(key.digest())
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some((id, role, namespaces)) = row else {
+            return Err(ApiError::Unauthenticated("unknown or revoked API key".into()));
+        };
+        let role: Role = role.parse().map_err(|e: String| {
+            tracing::error!(key_id = %id, error = %e, "an API key with an unknown role");
+            ApiError::Unauthenticated("unknown or revoked API key".into())
+        })?;
+        Ok(match role {
+            Role::Admin => Caller::admin(Some(id)),
+            role => Caller { key_id: Some(id), role, namespaces: Some(namespaces.into()) },
+        })
+    }
+
+    fn check_rate(&self, caller: &Caller) -> Result<(), ApiError> {
+        let (Some(limiter), Some(key_id)) = (&self.limiter, caller.key_id) else {
+            return Ok(());
+        };
+        limiter.check_key(&key_id).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            ApiError::RateLimited { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
+        })
+    }
+}
+
+/// The layer in front of every API route: 401 without a valid key, 429 past its rate.
+pub async fn authenticate(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+    let caller = match auth.caller(request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = auth.check_rate(&caller) {
+        return e.into_response();
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scoped(role: Role, namespaces: &[&str]) -> Caller {
+        Caller {
+            key_id: Some(Uuid::nil()),
+            role,
+            namespaces: Some(namespaces.iter().map(|n| n.to_string()).collect::<Vec<_>>().into()),
+        }
+    }
+
+    #[test]
+    fn a_scoped_key_sees_its_namespaces_with_its_role() {
+        let writer = scoped(Role::Write, &["billing", "ops"]);
+        assert!(writer.require_in("billing", Role::Write).is_ok());
+        assert!(writer.require_in("billing", Role::Read).is_ok());
+        assert!(matches!(writer.require_in("other", Role::Read), Err(ApiError::Forbidden(_))));
+        assert!(matches!(writer.require(Role::Admin), Err(ApiError::Forbidden(_))));
+        assert_eq!(writer.visible(), Some(vec!["billing".to_owned(), "ops".to_owned()]));
+        let reader = scoped(Role::Read, &["billing"]);
+        assert!(matches!(reader.require_in("billing", Role::Write), Err(ApiError::Forbidden(_))));
+    }
+
+    #[test]
+    fn an_admin_sees_every_namespace() {
+        let admin = Caller::admin(None);
+        assert!(admin.require_in("anything", Role::Admin).is_ok());
+        assert_eq!(admin.visible(), None);
+    }
+}

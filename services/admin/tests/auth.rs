@@ -1,0 +1,226 @@
+//! API keys, roles and namespaces against the real admin service: 401 without a valid key,
+//! 403 outside the key's role, and another namespace's ids answered as unknown ones.
+
+mod common;
+
+use common::{example, spawn_api, spawn_api_with, Api};
+use serde_json::{json, Value};
+
+/// Creates a key with the admin key; returns the key.
+async fn key(api: &Api, role: &str, namespaces: &[&str]) -> String {
+    let (status, _, created) =
+        api.post("/v1/keys", &json!({"name": format!("{role} key"), "role": role, "namespaces": namespaces})).await;
+    assert_eq!(status, 201, "{created}");
+    created["key"].as_str().unwrap().to_owned()
+}
+
+fn assert_problem(answer: &(u16, Option<String>, Value), status: u16, kind: &str) {
+    assert_eq!((answer.0, answer.1.as_deref()), (status, Some("application/problem+json")), "{}", answer.2);
+    assert_eq!(answer.2["type"], format!("urn:punctual:problem:{kind}"), "{}", answer.2);
+}
+
+#[tokio::test]
+async fn a_request_without_a_valid_key_is_refused() {
+    let api = spawn_api().await;
+    let r = common::client(None).get(format!("{}/v1/timers", api.base)).send().await.unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    assert_problem(&Api::read(r).await, 401, "unauthenticated");
+    let unknown = punctual_shared::api_key::ApiKey::generate();
+    for key in ["not-a-key", "pct_short", unknown.expose()] {
+        assert_problem(&api.with_key(Some(key)).get("/v1/timers").await, 401, "unauthenticated");
+    }
+    let basic = common::client(None).get(format!("{}/v1/timers", api.base)).basic_auth("admin", Some("x"));
+    assert_problem(&Api::read(basic.send().await.unwrap()).await, 401, "unauthenticated");
+
+    // A revoked key is refused from the next request on.
+    let (_, _, created) = api.post("/v1/keys", &json!({"name": "ci", "role": "read", "namespaces": ["billing"]})).await;
+    let reader = api.with_key(created["key"].as_str());
+    assert_eq!(reader.get("/v1/timers").await.0, 200);
+    assert_eq!(api.delete(&format!("/v1/keys/{}", created["id"].as_str().unwrap())).await, 204);
+    assert_problem(&reader.get("/v1/timers").await, 401, "unauthenticated");
+    assert_eq!(api.delete(&format!("/v1/keys/{}", created["id"].as_str().unwrap())).await, 204, "idempotent");
+    assert_eq!(api.delete(&format!("/v1/keys/{}", uuid::Uuid::new_v4())).await, 404);
+
+    // What needs no key: health, readiness and metrics.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(common::client(None).get(format!("{}{path}", api.base)).send().await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn a_key_is_shown_once_and_stored_only_as_its_digest() {
+    let api = spawn_api().await;
+    let (status, _, created) = api
+        .post("/v1/keys", &json!({"name": "deploy bot", "role": "write", "namespaces": ["ops", "billing", "ops"]}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let secret = created["key"].as_str().unwrap();
+    assert!(secret.starts_with("pct_"));
+    assert_eq!(created["namespaces"], json!(["billing", "ops"]));
+    let (_, _, listed) = api.get("/v1/keys").await;
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 2, "the bootstrap key and this one: {listed}");
+    assert!(!listed.to_string().contains(&secret[10..]), "{listed}");
+    let shown = listed["keys"][1]["prefix"].as_str().unwrap();
+    assert!(secret.starts_with(shown.trim_end_matches('…')), "{shown}");
+    let stored: String =
+        sqlx::query_scalar("SELECT string_agg(k::text, ' ') FROM api_keys k").fetch_one(&api.db.pool).await.unwrap();
+    assert!(!stored.contains(&secret[10..]), "{stored}");
+
+    for (body, status, field) in [
+        (json!({"name": "x", "role": "admin", "namespaces": ["ops"]}), 422, "namespaces"),
+        (json!({"name": "x", "role": "read"}), 422, "namespaces"),
+        (json!({"name": "x", "role": "read", "namespaces": ["Not Valid"]}), 422, "namespaces[0]"),
+        (json!({"name": "", "role": "read", "namespaces": ["ops"]}), 422, "name"),
+        (json!({"name": "x", "role": "root", "namespaces": ["ops"]}), 400, "role"),
+        (json!({"role": "read", "namespaces": ["ops"]}), 400, "name"),
+    ] {
+        let (got, _, problem) = api.post("/v1/keys", &body).await;
+        assert_eq!((got, &problem["field"]), (status, &json!(field)), "{body}: {problem}");
+    }
+}
+
+#[tokio::test]
+async fn a_keys_role_bounds_what_it_does() {
+    let api = spawn_api().await;
+    let id = api.timer_in("billing", "nightly").await;
+    let reader = api.with_key(Some(&key(&api, "read", &["billing"]).await));
+    let writer = api.with_key(Some(&key(&api, "write", &["billing"]).await));
+
+    assert_eq!(reader.get(&format!("/v1/timers/{id}")).await.0, 200);
+    assert_eq!(reader.get("/v1/namespaces/billing/stats").await.0, 200);
+    let mut other = example();
+    other["name"] = json!("another");
+    for (method, path, body) in [
+        ("POST", "/v1/timers".to_owned(), Some(other.clone())),
+        ("POST", format!("/v1/timers/{id}/pause"), None),
+        ("DELETE", format!("/v1/timers/{id}"), None),
+        ("PATCH", format!("/v1/timers/{id}"), Some(json!({"revision": 1, "name": "renamed"}))),
+        ("POST", format!("/v1/timers/{id}/trigger"), None),
+        ("POST", "/v1/namespaces/billing/signing-secrets".to_owned(), None),
+        ("POST", "/v1/timers/bulk/pause".to_owned(), Some(json!({"namespace": "billing"}))),
+        ("GET", "/v1/keys".to_owned(), None),
+    ] {
+        assert_problem(&reader.send(method, &path, body.as_ref()).await, 403, "forbidden");
+    }
+    assert_eq!(reader.send("GET", &format!("/v1/timers/{id}"), None).await.2["state"], "active", "nothing changed");
+
+    assert_eq!(writer.post("/v1/timers", &other).await.0, 201);
+    assert_eq!(writer.send("POST", &format!("/v1/timers/{id}/pause"), None).await.0, 200);
+    for (method, path, body) in [
+        ("GET", "/v1/keys".to_owned(), None),
+        ("POST", "/v1/keys".to_owned(), Some(json!({"name": "x", "role": "admin"}))),
+        ("GET", "/v1/namespaces/ops/stats".to_owned(), None),
+        ("GET", "/v1/namespaces/ops/runs".to_owned(), None),
+        ("GET", "/v1/namespaces/ops/signing-secrets".to_owned(), None),
+        ("GET", "/v1/timers?namespace=ops".to_owned(), None),
+        ("GET", "/v1/tasks?status=dead&namespace=ops".to_owned(), None),
+        ("POST", "/v1/timers/bulk/delete".to_owned(), Some(json!({"namespace": "ops"}))),
+    ] {
+        assert_problem(&writer.send(method, &path, body.as_ref()).await, 403, "forbidden");
+    }
+    let mut elsewhere = example();
+    elsewhere["namespace"] = json!("ops");
+    assert_problem(&writer.post("/v1/timers", &elsewhere).await, 403, "forbidden");
+    assert_eq!(api.timer_count().await, 2);
+}
+
+/// Every route that takes an id answers for another namespace's timer or task exactly as
+/// for an id that does not exist.
+#[tokio::test]
+async fn another_namespaces_ids_answer_as_unknown_ids_on_every_route() {
+    let api = spawn_api().await;
+    let theirs = api.timer_in("billing", "nightly").await;
+    api.occurrence(theirs, 5, "dead", 3).await;
+    let task: i64 = sqlx::query_scalar("SELECT id FROM tasks").fetch_one(&api.db.pool).await.unwrap();
+    let mine = api.timer_in("ops", "mine").await;
+    let ops = api.with_key(Some(&key(&api, "write", &["ops"]).await));
+    let unknown = uuid::Uuid::new_v4();
+    let past = json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"});
+    let routes = |id: String| {
+        vec![
+            ("GET", format!("/v1/timers/{id}"), None),
+            ("PATCH", format!("/v1/timers/{id}"), Some(json!({"revision": 1, "name": "taken"}))),
+            ("POST", format!("/v1/timers/{id}/pause"), None),
+            ("POST", format!("/v1/timers/{id}/resume"), None),
+            ("GET", format!("/v1/timers/{id}/runs"), None),
+            ("POST", format!("/v1/timers/{id}/trigger"), None),
+            ("POST", format!("/v1/timers/{id}/backfill"), Some(past.clone())),
+            ("DELETE", format!("/v1/timers/{id}"), None),
+        ]
+    };
+    for ((method, path, body), (_, unknown_path, _)) in
+        routes(theirs.to_string()).into_iter().zip(routes(unknown.to_string()))
+    {
+        let answer = ops.send(method, &path, body.as_ref()).await;
+        let as_unknown = ops.send(method, &unknown_path, body.as_ref()).await;
+        assert_problem(&answer, 404, "not-found");
+        assert_eq!(
+            answer.2["detail"].as_str().unwrap().replace(&theirs.to_string(), "ID"),
+            as_unknown.2["detail"].as_str().unwrap().replace(&unknown.to_string(), "ID"),
+            "{method} {path}"
+        );
+    }
+    let replay = ops.send("POST", &format!("/v1/tasks/{task}/replay"), None).await;
+    let replay_unknown = ops.send("POST", "/v1/tasks/987654321/replay", None).await;
+    assert_problem(&replay, 404, "not-found");
+    assert_eq!(
+        replay.2["detail"].as_str().unwrap().replace(&task.to_string(), "ID"),
+        replay_unknown.2["detail"].as_str().unwrap().replace("987654321", "ID")
+    );
+    assert_eq!(ops.post("/v1/tasks/replay", &json!({"ids": [task]})).await.2, json!({"replayed": []}));
+
+    // Listings show only the key's namespaces.
+    let (_, _, listed) = ops.get("/v1/timers").await;
+    let ids: Vec<&str> = listed["timers"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![mine.to_string()]);
+    assert_eq!(ops.get("/v1/tasks?status=dead").await.2, json!({"tasks": []}));
+
+    // Nothing of theirs changed; the admin sees it all.
+    let (_, _, timer) = api.get(&format!("/v1/timers/{theirs}")).await;
+    assert_eq!((timer["name"].as_str(), timer["state"].as_str()), (Some("nightly"), Some("active")));
+    let status: String = sqlx::query_scalar("SELECT status FROM tasks").fetch_one(&api.db.pool).await.unwrap();
+    assert_eq!(status, "dead");
+    assert_eq!(api.get("/v1/tasks?status=dead").await.2["tasks"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_keys_request_rate_is_limited() {
+    let api = spawn_api_with(|c| c.auth.api_rate_limit = 5).await;
+    let other = api.with_key(Some(&key(&api, "read", &["billing"]).await));
+    let mut limited = None;
+    for _ in 0..40 {
+        let r = api.client.get(format!("{}/v1/timers", api.base)).send().await.unwrap();
+        if r.status() == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("40 requests at once exceed 5 a second with bursts of 10");
+    assert!(r.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert_problem(&Api::read(r).await, 429, "rate-limited");
+    assert_eq!(other.get("/v1/timers").await.0, 200, "each key has its own rate");
+}
+
+#[tokio::test]
+async fn without_auth_every_caller_is_an_admin() {
+    let api = spawn_api_with(|c| c.auth.auth_disabled = true).await;
+    let anyone = api.with_key(None);
+    assert_eq!(anyone.post("/v1/timers", &example()).await.0, 201);
+    assert_eq!(anyone.get("/v1/keys").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_namespace_holds_at_most_its_quota_of_timers() {
+    let api = spawn_api_with(|c| c.namespace_max_timers = 2).await;
+    let first = api.timer_in("billing", "one").await;
+    api.timer_in("billing", "two").await;
+    let mut third = example();
+    third["name"] = json!("three");
+    let answer = api.post("/v1/timers", &third).await;
+    assert_problem(&answer, 409, "quota-exceeded");
+    assert_eq!(answer.2["field"], "namespace");
+    assert!(answer.2["detail"].as_str().unwrap().contains("PUNCTUAL_NAMESPACE_MAX_TIMERS"));
+    api.timer_in("ops", "elsewhere").await;
+    assert_eq!(api.delete(&format!("/v1/timers/{first}")).await, 204);
+    assert_eq!(api.post("/v1/timers", &third).await.0, 201, "a deleted timer does not count");
+}
