@@ -30,6 +30,9 @@ export PUNCTUAL_TEST_STACK_DIR="$work"
 cargo build --workspace --bins
 cargo test --workspace "$@"
 
+# The admin API under a property-based fuzzer driven by its /openapi.json.
+scripts/api-fuzz.sh
+
 # The benchmarks' smoke mode: each scenario small, so the harness cannot rot (it starts
 # its own Postgres and broker, and fails if anything was lost).
 cargo run -p punctual-bench -- run --smoke --out target/bench-smoke

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What becomes of occurrences missed by more than the misfire threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
     /// None of them fires.
@@ -17,7 +17,7 @@ pub enum MisfirePolicy {
 
 /// What happens when a recurring timer's occurrence is due while its previous run is
 /// still running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OverlapPolicy {
     /// Both run.

@@ -12,13 +12,15 @@ use serde::Serialize;
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An RFC 9457 problem.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Problem {
+    /// `urn:punctual:problem:<kind>`, stable per kind of error.
     #[serde(rename = "type")]
     pub kind: String,
     pub title: String,
     pub status: u16,
     pub detail: String,
+    /// The path of the field at fault (`action.http.url`, `namespaces[0]`), when one is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }

@@ -8,7 +8,7 @@ use crate::timer::FieldError;
 
 /// Per timer. Defaults: 3 attempts, waits of 1 s, 2 s (× 2 each time, at most 60 s),
 /// each with up to ±20 % jitter so that many timers failing together do not retry in step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     #[serde(default = "defaults::max_attempts")]

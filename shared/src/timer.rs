@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
@@ -42,9 +42,15 @@ impl From<crate::schedule::ScheduleError> for FieldError {
 }
 
 /// `POST /v1/timers` body.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "namespace": "billing", "name": "nightly-invoices",
+    "schedule": {"cron": "0 0 2 * * *", "timezone": "Europe/Berlin"},
+    "action": {"http": {"method": "POST", "url": "https://hooks.example.com/invoices", "body": {"run": "nightly"}}}
+}))]
 pub struct TimerSpec {
+    /// 1 to 64 characters of a-z, 0-9, '.', '_' or '-'; `default` unless given.
     #[serde(default)]
     pub namespace: Option<String>,
     pub name: String,
@@ -59,29 +65,43 @@ pub struct TimerSpec {
     pub overlap_policy: Option<OverlapPolicy>,
 }
 
-/// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`; as answered, the one the timer has.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
+    /// A cron expression: 5, 6 (seconds first) or 7 fields (year last), or `@daily` and such.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
+    /// The IANA time zone of a cron schedule (UTC unless given).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// One-shot: fires once at this time.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub at: Option<DateTime<Utc>>,
+    /// One-shot: fires once, this long after the timer's creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<i64>,
+    /// Fires every this many milliseconds from the timer's creation (or `start_at`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub every_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub end_at: Option<DateTime<Utc>>,
+    /// What a cron time skipped by a spring-forward change becomes.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dst_gap: Option<DstGap>,
 }
 
 /// Exactly one action kind.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
     pub http: Option<HttpActionSpec>,
     pub kafka: Option<KafkaActionSpec>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaActionSpec {
     pub topic: String,
@@ -93,7 +113,7 @@ pub struct KafkaActionSpec {
 }
 
 /// A message to publish, checked. The key defaults to the occurrence's identity.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct KafkaAction {
     pub topic: String,
     pub key: Option<String>,
@@ -122,8 +142,9 @@ impl KafkaAction {
     }
 }
 
-/// What a timer does when it fires.
-#[derive(Debug, Clone, PartialEq)]
+/// What a timer does when it fires: `{"http": {…}}` or `{"kafka": {…}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Action {
     Http(HttpAction),
     Kafka(KafkaAction),
@@ -148,7 +169,7 @@ impl ActionSpec {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpActionSpec {
     pub method: Option<String>,
@@ -167,7 +188,7 @@ pub const MAX_HEADER_NAME_BYTES: usize = 256;
 pub const MAX_HEADER_VALUE_BYTES: usize = 4096;
 
 /// An HTTP callback, checked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HttpAction {
     pub method: String,
     pub url: String,
@@ -513,66 +534,6 @@ impl TimerRow {
             },
         )
     }
-
-    /// The API's JSON view of the timer, with its next fire times when it is plannable.
-    pub fn to_view(&self, now: DateTime<Utc>) -> Value {
-        let schedule = match self.schedule_kind.as_str() {
-            "once" => json!({ "at": self.run_at }),
-            "delay" => json!({ "delay_ms": self.delay_ms }),
-            "interval" => json!({ "every_ms": self.interval_ms }),
-            _ => json!({ "cron": self.cron_expr, "timezone": self.timezone, "dst_gap": self.dst_gap }),
-        };
-        let mut schedule = schedule;
-        if let Some(start) = self.start_at {
-            schedule["start_at"] = json!(start);
-        }
-        if let Some(end) = self.end_at {
-            schedule["end_at"] = json!(end);
-        }
-        let next_fire_times = match (self.state.as_str(), self.schedule()) {
-            ("active", Ok(s)) => s.upcoming(self.created_at, now, 5),
-            _ => Vec::new(),
-        };
-        json!({
-            "id": self.id,
-            "namespace": self.namespace,
-            "name": self.name,
-            "schedule": schedule,
-            "action": if self.action_kind == "kafka" {
-                json!({ "kafka": {
-                    "topic": self.kafka_topic,
-                    "key": self.kafka_key,
-                    "headers": self.kafka_headers,
-                    "value": self.kafka_value,
-                }})
-            } else {
-                json!({ "http": {
-                    "method": self.http_method,
-                    "url": self.http_url,
-                    "headers": self.http_headers,
-                    "body": self.http_body,
-                    "timeout_ms": self.http_timeout_ms,
-                }})
-            },
-            "retry": {
-                "max_attempts": self.retry_max_attempts,
-                "initial_ms": self.retry_initial_ms,
-                "multiplier": self.retry_multiplier,
-                "max_ms": self.retry_max_ms,
-            },
-            "misfire_policy": self.misfire_policy,
-            "catchup_window_ms": self.catchup_window_ms,
-            "overlap_policy": self.overlap_policy,
-            "state": self.state,
-            "version": self.version,
-            "revision": self.revision,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "plan_status": self.plan_status,
-            "invalid_reason": self.invalid_reason,
-            "next_fire_times": next_fire_times,
-        })
-    }
 }
 
 /// The task identity as sent to targets and used as the Kafka key:
@@ -603,6 +564,8 @@ pub fn identity_timer_id(identity: &str) -> Option<Uuid> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

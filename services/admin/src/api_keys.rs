@@ -5,27 +5,31 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::api_key::{ApiKey, Role};
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::{parse_json, AppState};
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
+use crate::openapi::Errors;
+use crate::request::parse_json;
+use crate::state::AppState;
 
 /// Most namespaces one key lists.
 pub const MAX_KEY_NAMESPACES: usize = 100;
 const MAX_KEY_NAME_CHARS: usize = 256;
 
-pub fn router(state: AppState) -> Router {
-    Router::new().route("/v1/keys", get(list).post(create)).route("/v1/keys/{id}", delete(revoke)).with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_keys, create_key)).routes(routes!(revoke_key))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateKey {
     name: String,
@@ -36,7 +40,7 @@ struct CreateKey {
 }
 
 /// A key as created: the only answer that shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct CreatedKey {
     id: Uuid,
     name: String,
@@ -47,7 +51,7 @@ struct CreatedKey {
 }
 
 /// A key as listed: never the key itself.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 struct ListedKey {
     id: Uuid,
     name: String,
@@ -59,7 +63,7 @@ struct ListedKey {
     revoked_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct KeyList {
     keys: Vec<ListedKey>,
 }
@@ -90,7 +94,12 @@ fn check(request: &CreateKey) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn create(
+/// A new API key: the only answer that shows it.
+#[utoipa::path(
+    post, path = "/v1/keys", tag = "keys", request_body = CreateKey,
+    responses((status = 201, description = "Created", body = CreatedKey), Errors)
+)]
+async fn create_key(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -127,7 +136,12 @@ async fn create(
     ))
 }
 
-async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyList>, ApiError> {
+/// Every key: id, name, prefix, role, namespaces; never the key.
+#[utoipa::path(
+    get, path = "/v1/keys", tag = "keys",
+    responses((status = 200, description = "The keys", body = KeyList), Errors)
+)]
+async fn list_keys(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyList>, ApiError> {
     caller.require(Role::Admin)?;
     let keys = sqlx::query_as::<_, ListedKey>(
         "SELECT id, name, prefix, role, namespaces, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
@@ -137,8 +151,21 @@ async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyL
     Ok(Json(KeyList { keys }))
 }
 
-/// Revokes a key; revoking a revoked key again changes nothing.
-async fn revoke(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+/// Revokes a key, from its next request on; revoking a revoked key again changes nothing.
+#[utoipa::path(
+    delete, path = "/v1/keys/{id}", tag = "keys",
+    params(("id" = Uuid, Path, description = "The key's id")),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 404, description = "No such key", body = Problem, content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn revoke_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     caller.require(Role::Admin)?;
     let unknown = || ApiError::NotFound(format!("no API key with id {id}"));
     let Ok(key_id) = Uuid::parse_str(&id) else {

@@ -6,26 +6,40 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::{parse_json, AppState};
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::openapi::Errors;
+use crate::request::parse_json;
+use crate::state::AppState;
 use punctual_shared::api_key::Role;
 
 /// Most timers one call changes.
 pub const MAX_PER_CALL: i64 = 10_000;
 
-pub fn router(state: AppState) -> Router {
-    Router::new().route("/v1/timers/bulk/{action}", post(bulk)).with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(bulk_change_timers))
+}
+
+/// What a bulk call does to the matching timers.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum BulkAction {
+    Pause,
+    Resume,
+    Delete,
 }
 
 /// Which timers: those of one namespace, narrowed by a name prefix or a list of ids.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Filter {
     namespace: String,
@@ -33,7 +47,7 @@ struct Filter {
     ids: Option<Vec<Uuid>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct BulkResult {
     /// The timers changed by this call.
     changed: Vec<Uuid>,
@@ -56,7 +70,19 @@ fn transition(action: &str) -> Option<(&'static [&'static str], &'static str)> {
     }
 }
 
-async fn bulk(
+/// Pauses, resumes or deletes the namespace's timers that the filter names, at most
+/// 10,000 a call; `more` says to call again for the rest.
+#[utoipa::path(
+    post, path = "/v1/timers/bulk/{action}", tag = "operations", request_body = Filter,
+    params(("action" = inline(BulkAction), Path, description = "pause, resume or delete")),
+    responses(
+        (status = 200, description = "The timers changed", body = BulkResult),
+        (status = 404, description = "No such bulk action", body = crate::error::Problem,
+         content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn bulk_change_timers(
     State(state): State<AppState>,
     caller: Caller,
     Path(action): Path<String>,

@@ -1,20 +1,28 @@
 //! The admin service: Punctual's REST API over the `timers` and `tasks` tables.
 
-pub mod api;
 pub mod api_keys;
 pub mod auth;
 pub mod bulk_actions;
 pub mod config;
+pub mod dead_tasks;
 pub mod error;
 pub mod http_metrics;
 pub mod metrics;
 pub mod namespace_runs;
 pub mod namespace_stats;
+pub mod openapi;
 pub mod operator_actions;
 pub mod query_check;
+pub mod request;
+pub mod run_view;
 pub mod secret_headers;
 pub mod signing_secrets;
+pub mod state;
+pub mod timer_runs;
 pub mod timer_stats;
+pub mod timer_store;
+pub mod timer_view;
+pub mod timers;
 
 use std::net::SocketAddr;
 
@@ -47,7 +55,7 @@ impl App {
         punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
         let guard = std::sync::Arc::new(config.callback_allow.clone());
-        let state = api::AppState {
+        let state = state::AppState {
             pool: pool.clone(),
             metrics: metrics.clone(),
             guard,
@@ -56,15 +64,10 @@ impl App {
             namespace_max_timers: config.namespace_max_timers.min(i64::MAX as u64) as i64,
         };
         let authenticator = auth::Authenticator::start(pool.clone(), &config.auth).await.context("API keys")?;
-        let api = api::router(state.clone())
-            .merge(api_keys::router(state.clone()))
-            .merge(signing_secrets::router(state.clone()))
-            .merge(operator_actions::router(state.clone()))
-            .merge(namespace_stats::router(state.clone()))
-            .merge(bulk_actions::router(state.clone()))
-            .merge(namespace_runs::router(state))
-            .layer(axum::middleware::from_fn_with_state(authenticator, auth::authenticate));
+        let (api, document) = openapi::routes();
+        let api = api.with_state(state).layer(axum::middleware::from_fn_with_state(authenticator, auth::authenticate));
         let router = api
+            .merge(openapi::router(document))
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

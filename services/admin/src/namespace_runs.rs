@@ -3,26 +3,33 @@
 //! cursor (`next_before`: pass it as `before` for the next page).
 
 use axum::extract::{Path, Query, State};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Duration, Utc};
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::api::{page_limit, AppState, RunRow, RUN_COLUMNS};
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::openapi::Errors;
+use crate::request::page_limit;
+use crate::run_view::{RunView, RUN_COLUMNS};
+use crate::state::AppState;
 use punctual_shared::api_key::Role;
 
 /// The statuses an occurrence may be in.
 const STATUSES: [&str; 6] = ["pending", "claimed", "running", "succeeded", "dead", "cancelled"];
 
-pub fn router(state: AppState) -> Router {
-    Router::new().route("/v1/namespaces/{namespace}/runs", get(list)).with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_namespace_runs))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RunsQuery {
+    /// `pending`, `claimed`, `running`, `succeeded`, `dead` or `cancelled`.
     status: Option<String>,
     /// Scheduled at or after this (default: a day before `to`).
     from: Option<DateTime<Utc>>,
@@ -33,16 +40,16 @@ struct RunsQuery {
     before: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct RunsPage {
-    runs: Vec<RunRow>,
+    runs: Vec<RunView>,
     /// Where the next page starts; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_before: Option<String>,
 }
 
 /// A cursor: the last run's scheduled time and id, `<RFC 3339>_<id>`.
-fn cursor(run: &RunRow) -> String {
+fn cursor(run: &RunView) -> String {
     format!("{}_{}", run.scheduled_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true), run.id)
 }
 
@@ -52,7 +59,14 @@ fn parse_cursor(cursor: &str) -> Result<(DateTime<Utc>, i64), FieldError> {
     Ok((at.parse().map_err(|_| invalid())?, id.parse().map_err(|_| invalid())?))
 }
 
-async fn list(
+/// The namespace's occurrences scheduled in a range (the last day unless given), newest
+/// first, each with its failed attempts, paged by a cursor.
+#[utoipa::path(
+    get, path = "/v1/namespaces/{namespace}/runs", tag = "runs",
+    params(("namespace" = String, Path, description = "The namespace"), RunsQuery),
+    responses((status = 200, description = "A page of runs", body = RunsPage), Errors)
+)]
+async fn list_namespace_runs(
     State(state): State<AppState>,
     caller: Caller,
     Path(namespace): Path<String>,
@@ -73,7 +87,7 @@ async fn list(
     let before = q.before.as_deref().map(parse_cursor).transpose()?;
     // Through the namespace's timers and each one's (timer_id, scheduled_at) index: the
     // cost grows with the namespace and the range, never with the whole history.
-    let runs = sqlx::query_as::<_, RunRow>(&format!(
+    let runs = sqlx::query_as::<_, RunView>(&format!(
         "SELECT {RUN_COLUMNS}
            FROM timers tm
            JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at < $3

@@ -5,26 +5,29 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Duration, Utc};
 use punctual_shared::timer::check_namespace;
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::api::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::openapi::Errors;
+use crate::state::AppState;
 use crate::timer_stats::{COUNTED_STATE, COUNTED_STATES};
 use punctual_shared::api_key::Role;
 
 /// Occurrence statuses as counted: waiting (pending, claimed), running, succeeded, dead, cancelled.
 const OCCURRENCE_STATUSES: [&str; 5] = ["waiting", "running", "succeeded", "dead", "cancelled"];
 
-pub fn router(state: AppState) -> Router {
-    Router::new().route("/v1/namespaces/{namespace}/stats", get(stats)).with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(namespace_stats))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct NamespaceStats {
     namespace: String,
     /// Timers not deleted, by state: active, paused, invalid, finished.
@@ -33,7 +36,7 @@ struct NamespaceStats {
 }
 
 /// The occurrences scheduled from `from` to `to`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct LastHour {
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -43,7 +46,14 @@ struct LastHour {
     failed_attempts: i64,
 }
 
-async fn stats(
+/// A namespace at a glance: its timers by state, and the occurrences scheduled in the last
+/// hour by status with their failed attempts.
+#[utoipa::path(
+    get, path = "/v1/namespaces/{namespace}/stats", tag = "namespaces",
+    params(("namespace" = String, Path, description = "The namespace")),
+    responses((status = 200, description = "The namespace's stats", body = NamespaceStats), Errors)
+)]
+async fn namespace_stats(
     State(state): State<AppState>,
     caller: Caller,
     Path(namespace): Path<String>,

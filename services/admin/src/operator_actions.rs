@@ -6,18 +6,23 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::schedule::to_millis;
 use punctual_shared::task;
 use punctual_shared::timer::{task_identity, FieldError, ScheduleSpec, TimerRow};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::{fetch_timer, parse_id, parse_json, AppState};
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
+use crate::openapi::{Errors, UnknownTimer};
+use crate::request::{parse_id, parse_json};
+use crate::state::AppState;
+use crate::timer_store;
 use punctual_shared::api_key::Role;
 
 /// Most fire times one preview gives.
@@ -25,18 +30,17 @@ pub const MAX_PREVIEW: usize = 100;
 /// Most occurrences one backfill adds.
 pub const MAX_BACKFILL: usize = 1000;
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/timers/{id}/trigger", post(trigger))
-        .route("/v1/timers/{id}/backfill", post(backfill))
-        .route("/v1/schedules/preview", post(preview))
-        .with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(trigger_timer))
+        .routes(routes!(backfill_timer))
+        .routes(routes!(preview_schedule))
 }
 
 /// The timer, if it is active: only an active timer's occurrences run (409 otherwise).
 async fn active_timer(state: &AppState, caller: &Caller, id: Uuid, action: &str) -> Result<TimerRow, ApiError> {
     caller.require(Role::Write)?;
-    let timer = fetch_timer(&state.pool, caller, id).await?;
+    let timer = timer_store::fetch(&state.pool, caller, id).await?;
     if timer.state != "active" {
         return Err(ApiError::Conflict {
             field: None,
@@ -47,7 +51,7 @@ async fn active_timer(state: &AppState, caller: &Caller, id: Uuid, action: &str)
 }
 
 /// The occurrence a trigger added.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct Triggered {
     task_id: i64,
     timer_id: Uuid,
@@ -56,9 +60,21 @@ struct Triggered {
     idempotency_key: String,
 }
 
-/// `POST /v1/timers/{id}/trigger`: one extra occurrence, now (202: it runs within a
-/// second or so, through the scanner and an executor like any other).
-async fn trigger(
+/// Runs an active timer now: one extra occurrence at this millisecond, with its own
+/// identity (202: it runs within a second or so, through a scanner and an executor like
+/// any other).
+#[utoipa::path(
+    post, path = "/v1/timers/{id}/trigger", tag = "operations",
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 202, description = "The occurrence added", body = Triggered),
+        (status = 409, description = "The timer is not active", body = Problem,
+         content_type = "application/problem+json"),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn trigger_timer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -81,14 +97,14 @@ async fn trigger(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BackfillRequest {
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct Backfilled {
     /// The schedule's occurrences in the range.
     occurrences: usize,
@@ -96,10 +112,21 @@ struct Backfilled {
     added: u64,
 }
 
-/// `POST /v1/timers/{id}/backfill {"from", "to"}`: the schedule's occurrences from `from`
-/// (included) to `to` (excluded, not after now), at most [`MAX_BACKFILL`], run now as
-/// occurrences of their own times (202). One that exists already is not run again.
-async fn backfill(
+/// Runs the schedule's occurrences from `from` (included) to `to` (excluded, not after
+/// now), at most 1,000, now, as occurrences of their own times (202). One that exists
+/// already (it ran, or is planned) is not run again.
+#[utoipa::path(
+    post, path = "/v1/timers/{id}/backfill", tag = "operations", request_body = BackfillRequest,
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 202, description = "The occurrences added", body = Backfilled),
+        (status = 409, description = "The timer is not active", body = Problem,
+         content_type = "application/problem+json"),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn backfill_timer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -135,7 +162,7 @@ async fn backfill(
     Ok((StatusCode::ACCEPTED, Json(Backfilled { occurrences: at.len(), added })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PreviewRequest {
     schedule: ScheduleSpec,
@@ -145,14 +172,18 @@ struct PreviewRequest {
     from: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct Preview {
     fire_times: Vec<DateTime<Utc>>,
 }
 
-/// `POST /v1/schedules/preview`: the next fire times of a schedule, checked exactly as a
-/// timer's is, without creating anything.
-async fn preview(headers: HeaderMap, body: Bytes) -> Result<Json<Preview>, ApiError> {
+/// The next fire times of a schedule, checked exactly as a timer's is, without creating
+/// anything.
+#[utoipa::path(
+    post, path = "/v1/schedules/preview", tag = "operations", request_body = PreviewRequest,
+    responses((status = 200, description = "The fire times", body = Preview), Errors)
+)]
+async fn preview_schedule(headers: HeaderMap, body: Bytes) -> Result<Json<Preview>, ApiError> {
     let request: PreviewRequest = parse_json(&headers, &body)?;
     let count = request.count.unwrap_or(10);
     if !(1..=MAX_PREVIEW).contains(&count) {

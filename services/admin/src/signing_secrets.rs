@@ -6,17 +6,21 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::timer::{check_namespace, FieldError};
 use punctual_shared::webhook_signature::{SigningSecret, SECRET_PREFIX};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::{parse_json, AppState};
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
+use crate::openapi::Errors;
+use crate::request::parse_json;
+use crate::state::AppState;
 use punctual_shared::api_key::Role;
 
 /// Most secrets a namespace holds at once: rotation needs two.
@@ -24,22 +28,21 @@ pub const MAX_SECRETS_PER_NAMESPACE: i64 = 5;
 /// How many characters of a secret's key a listing shows, to tell secrets apart.
 const SHOWN_PREFIX_CHARS: usize = 4;
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/namespaces/{namespace}/signing-secrets", get(list).post(create))
-        .route("/v1/namespaces/{namespace}/signing-secrets/{id}", delete(remove))
-        .with_state(state)
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_signing_secrets, create_signing_secret))
+        .routes(routes!(delete_signing_secret))
 }
 
 /// `POST` body: empty (a new random secret), or `{"secret": "whsec_…"}` to bring one.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSecret {
     secret: Option<String>,
 }
 
 /// A secret as created: the only answer that shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct CreatedSecret {
     id: Uuid,
     namespace: String,
@@ -48,7 +51,7 @@ struct CreatedSecret {
 }
 
 /// A secret as listed: never the secret itself.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 struct ListedSecret {
     id: Uuid,
     namespace: String,
@@ -57,7 +60,7 @@ struct ListedSecret {
     created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct SecretList {
     signing_secrets: Vec<ListedSecret>,
 }
@@ -68,7 +71,20 @@ fn namespace(caller: &Caller, namespace: &str, role: Role) -> Result<(), ApiErro
     caller.require_in(namespace, role)
 }
 
-async fn create(
+/// A new signing secret for the namespace's callbacks (the only answer that shows it); an
+/// empty body makes a random one, `{"secret": "whsec_…"}` brings your own.
+#[utoipa::path(
+    post, path = "/v1/namespaces/{namespace}/signing-secrets", tag = "namespaces",
+    request_body(content = Option<CreateSecret>, description = "Empty, or the secret to use"),
+    params(("namespace" = String, Path, description = "The namespace")),
+    responses(
+        (status = 201, description = "Created", body = CreatedSecret),
+        (status = 409, description = "The namespace holds 5 secrets already", body = Problem,
+         content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn create_signing_secret(
     State(state): State<AppState>,
     caller: Caller,
     Path(ns): Path<String>,
@@ -107,7 +123,13 @@ async fn create(
     Ok((StatusCode::CREATED, Json(CreatedSecret { id, namespace: ns, secret: encoded, created_at })))
 }
 
-async fn list(
+/// The namespace's signing secrets: ids and prefixes, never the secrets.
+#[utoipa::path(
+    get, path = "/v1/namespaces/{namespace}/signing-secrets", tag = "namespaces",
+    params(("namespace" = String, Path, description = "The namespace")),
+    responses((status = 200, description = "The secrets", body = SecretList), Errors)
+)]
+async fn list_signing_secrets(
     State(state): State<AppState>,
     caller: Caller,
     Path(ns): Path<String>,
@@ -124,7 +146,19 @@ async fn list(
     Ok(Json(SecretList { signing_secrets }))
 }
 
-async fn remove(
+/// Deletes a signing secret: calls stop carrying its signature within 5 s.
+#[utoipa::path(
+    delete, path = "/v1/namespaces/{namespace}/signing-secrets/{id}", tag = "namespaces",
+    params(("namespace" = String, Path, description = "The namespace"),
+           ("id" = uuid::Uuid, Path, description = "The secret's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such secret in the namespace", body = Problem,
+         content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn delete_signing_secret(
     State(state): State<AppState>,
     caller: Caller,
     Path((ns, id)): Path<(String, String)>,

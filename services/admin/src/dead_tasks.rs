@@ -1,0 +1,164 @@
+//! `/v1/tasks`: occurrences in one status across timers (what is dead, what is stuck), and
+//! replaying dead ones.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use punctual_shared::api_key::Role;
+use punctual_shared::task;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+use crate::openapi::Errors;
+use crate::request::{page_limit, parse_json};
+use crate::run_view::{RunView, RUN_COLUMNS};
+use crate::state::AppState;
+
+/// Most tasks one replay names.
+pub const MAX_REPLAY: usize = 10_000;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_tasks)).routes(routes!(replay_tasks)).routes(routes!(replay_task))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct TasksQuery {
+    /// `pending`, `claimed`, `running`, `succeeded`, `dead` or `cancelled`.
+    status: String,
+    /// Only this namespace's tasks.
+    namespace: Option<String>,
+    /// Page size: 100 unless given, at most 1000.
+    limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<RunView>,
+}
+
+/// The tasks replayed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Replayed {
+    pub replayed: Vec<i64>,
+}
+
+/// Tasks in one status across the timers the key sees, latest due first.
+#[utoipa::path(
+    get, path = "/v1/tasks", tag = "runs", params(TasksQuery),
+    responses((status = 200, description = "The tasks", body = TaskList), Errors)
+)]
+async fn list_tasks(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<TaskList>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: Some("status".into()), detail: e.body_text() })?;
+    let limit = page_limit(q.limit)?;
+    if let Some(namespace) = &q.namespace {
+        caller.require_in(namespace, Role::Read)?;
+    }
+    let tasks = sqlx::query_as::<_, RunView>(&format!(
+        "SELECT {RUN_COLUMNS} FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.status = $1 AND ($2::text IS NULL OR tm.namespace = $2)
+            AND ($4::text[] IS NULL OR tm.namespace = ANY($4))
+          ORDER BY t.due_at DESC LIMIT $3"
+    ))
+    .bind(&q.status)
+    .bind(&q.namespace)
+    .bind(limit)
+    .bind(caller.visible())
+    .fetch_all(&state.pool)
+    .await?;
+    Ok(Json(TaskList { tasks }))
+}
+
+/// Those of `ids` that are tasks of timers the caller sees.
+async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Vec<i64>, ApiError> {
+    Ok(sqlx::query_scalar(
+        "SELECT t.id FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.id = ANY($1) AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+    )
+    .bind(ids)
+    .bind(caller.visible())
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Runs a dead task again, now, as a further attempt.
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/replay", tag = "runs",
+    params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "Replayed", body = Replayed),
+        (status = 404, description = "No such task (or not the key's)", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 409, description = "The task is not dead", body = Problem, content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn replay_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Replayed>, ApiError> {
+    caller.require(Role::Write)?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a task id: {id:?}") })?;
+    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &[id]).await?).await?;
+    if replayed.is_empty() {
+        let status: Option<String> = sqlx::query_scalar(
+            "SELECT t.status FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+              WHERE t.id = $1 AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+        )
+        .bind(id)
+        .bind(caller.visible())
+        .fetch_optional(&state.pool)
+        .await?;
+        return Err(match status {
+            None => ApiError::NotFound(format!("no task with id {id}")),
+            Some(s) => ApiError::Conflict {
+                field: None,
+                detail: format!("task {id} is {s}, not dead: only dead tasks are replayed"),
+            },
+        });
+    }
+    Ok(Json(Replayed { replayed }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    /// 1 to 10,000 task ids.
+    ids: Vec<i64>,
+}
+
+/// Replays the dead ones among `ids` (of the tasks the key sees); the others are left.
+#[utoipa::path(
+    post, path = "/v1/tasks/replay", tag = "runs", request_body = ReplayRequest,
+    responses((status = 200, description = "The tasks replayed", body = Replayed), Errors)
+)]
+async fn replay_tasks(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Replayed>, ApiError> {
+    caller.require(Role::Write)?;
+    let request: ReplayRequest = parse_json(&headers, &body)?;
+    if request.ids.is_empty() || request.ids.len() > MAX_REPLAY {
+        return Err(ApiError::BadRequest {
+            field: Some("ids".into()),
+            detail: format!("ids: give 1 to {MAX_REPLAY} task ids"),
+        });
+    }
+    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &request.ids).await?).await?;
+    Ok(Json(Replayed { replayed }))
+}

@@ -1,0 +1,50 @@
+//! An occurrence (a task) as the API shows it, with its failed attempts.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The columns of a [`RunView`] from `tasks t`, its failed attempts oldest first.
+pub const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
+    t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms,
+    COALESCE((SELECT json_agg(json_build_object(
+                'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
+                'http_status', a.http_status, 'error', a.error, 'duration_ms', a.duration_ms) ORDER BY a.attempt)
+                FROM task_attempts a WHERE a.task_id = t.id), '[]'::json) AS failed_attempts";
+
+/// An attempt that failed (it was retried, or the occurrence is dead).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FailedAttempt {
+    pub attempt: i32,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub http_status: Option<i32>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
+}
+
+/// One occurrence of a timer: its identity is (`timer_id`, `scheduled_at`).
+#[derive(Debug, sqlx::FromRow, Serialize, ToSchema)]
+pub struct RunView {
+    /// The task's id (what a replay names).
+    pub id: i64,
+    pub timer_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    /// When it is run: its scheduled time, or later for a retry.
+    pub due_at: DateTime<Utc>,
+    /// `pending`, `claimed`, `running`, `succeeded`, `dead` or `cancelled`.
+    pub status: String,
+    /// The attempt running or last run, from 1.
+    pub attempt: i32,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub http_status: Option<i16>,
+    /// The start of the target's answer.
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
+    #[schema(value_type = Vec<FailedAttempt>)]
+    pub failed_attempts: sqlx::types::Json<Vec<FailedAttempt>>,
+}

@@ -1,0 +1,274 @@
+//! `/v1/timers`: create, read, list, change, pause, resume and delete timers.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use chrono::Utc;
+use punctual_shared::api_key::Role;
+use punctual_shared::schedule::ScheduleKind;
+use punctual_shared::target_guard::TargetGuard;
+use punctual_shared::timer::{Action, FieldError, NewTimer, TimerSpec};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+use crate::openapi::{Errors, UnknownTimer};
+use crate::request::{from_value, page_limit, parse_id, parse_json};
+use crate::state::AppState;
+use crate::timer_store;
+use crate::timer_view::{TimerPage, TimerPatch, TimerView};
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_timer, list_timers))
+        .routes(routes!(get_timer, patch_timer, delete_timer))
+        .routes(routes!(pause_timer))
+        .routes(routes!(resume_timer))
+}
+
+/// A callback URL whose host is a literal address the executor would refuse is refused
+/// here already; a host name is judged when the executor resolves it, at every call.
+fn check_target(guard: &TargetGuard, timer: &NewTimer) -> Result<(), ApiError> {
+    let Action::Http(http) = &timer.action else {
+        return Ok(());
+    };
+    guard.check_url(&http.url).map_err(|refused| FieldError::new("action.http.url", refused.to_string()).into())
+}
+
+/// How many of a cron schedule's next fires are compared with the minimum interval.
+const DENSITY_SAMPLE: usize = 100;
+
+/// A timer may not fire more often than `min` allows: an interval below it, or a schedule
+/// with two of its next fires closer than it, is refused.
+fn check_density(min: chrono::Duration, timer: &NewTimer) -> Result<(), ApiError> {
+    let now = Utc::now();
+    let fires = timer.schedule.upcoming(now, now, DENSITY_SAMPLE);
+    let closest = fires.windows(2).map(|w| w[1] - w[0]).min();
+    match closest {
+        Some(gap) if gap < min => {
+            let field = if matches!(timer.schedule.kind, ScheduleKind::Interval { .. }) {
+                "schedule.every_ms"
+            } else {
+                "schedule.cron"
+            };
+            Err(FieldError::new(
+                field,
+                format!(
+                    "fires {} ms apart; this service allows one fire every {} ms at most (PUNCTUAL_MIN_FIRE_INTERVAL_MS)",
+                    gap.num_milliseconds(),
+                    min.num_milliseconds()
+                ),
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Creates a timer. The answer is the stored timer with its `id` and `next_fire_times`.
+#[utoipa::path(
+    post, path = "/v1/timers", tag = "timers", request_body = TimerSpec,
+    responses(
+        (status = 201, description = "Created", body = TimerView, headers(("location" = String))),
+        (status = 409, description = "A timer of that name exists in the namespace, or the namespace holds its quota \
+                                      of timers", body = Problem, content_type = "application/problem+json"),
+        Errors
+    )
+)]
+async fn create_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    caller.require(Role::Write)?;
+    let mut spec: Value = parse_json(&headers, &body)?;
+    state.secret_headers.restore(&mut spec, None)?;
+    let timer = from_value::<TimerSpec>(spec)?.validate()?;
+    caller.require_in(&timer.namespace, Role::Write)?;
+    check_target(&state.guard, &timer)?;
+    check_density(state.min_fire_interval, &timer)?;
+    let row = timer_store::insert(&state.pool, &timer, state.namespace_max_timers).await?;
+    state.metrics.timers_created.inc();
+    tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
+    let location = format!("/v1/timers/{}", row.id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(state.view(&row, Utc::now()))))
+}
+
+/// Changes any of name, schedule, action, retry and the policies. The body carries the
+/// `revision` read; if the timer changed since, nothing is written and the answer is 409.
+/// The merged timer is checked as a whole, like a new one.
+#[utoipa::path(
+    patch, path = "/v1/timers/{id}", tag = "timers", request_body = TimerPatch,
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 200, description = "Changed", body = TimerView),
+        (status = 409, description = "The timer is at another revision, or the name is taken", body = Problem,
+         content_type = "application/problem+json"),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn patch_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<TimerView>, ApiError> {
+    caller.require(Role::Write)?;
+    let id = parse_id(&id)?;
+    let mut patch: Value = parse_json(&headers, &body)?;
+    let current = timer_store::fetch(&state.pool, &caller, id).await?;
+    let stored = TimerView::from_row(&current, Utc::now());
+    // Secret headers sent back as read (redacted) keep their stored values.
+    let stored_value = serde_json::to_value(&stored).map_err(|e| ApiError::BadRequest {
+        field: None,
+        detail: format!("the stored timer cannot be read back: {e}"),
+    })?;
+    state.secret_headers.restore(&mut patch, Some(&stored_value))?;
+    let patch: TimerPatch = from_value(patch)?;
+    if patch.namespace.as_ref().is_some_and(|ns| *ns != stored.namespace) {
+        return Err(FieldError::new("namespace", "cannot be changed; create a timer in the other namespace").into());
+    }
+    let revision = patch.revision;
+    let timer = patch.apply(stored.to_spec()).validate()?;
+    check_target(&state.guard, &timer)?;
+    check_density(state.min_fire_interval, &timer)?;
+    match timer_store::update_definition(&state.pool, &caller, id, revision, &timer).await? {
+        Some(row) => {
+            tracing::info!(timer_id = %id, version = row.version, "timer changed");
+            Ok(Json(state.view(&row, Utc::now())))
+        }
+        None => {
+            let now = timer_store::fetch(&state.pool, &caller, id).await?;
+            Err(ApiError::Conflict {
+                field: Some("revision".into()),
+                detail: format!(
+                    "revision: the timer is at revision {}, not {revision}: read it again and retry",
+                    now.revision
+                ),
+            })
+        }
+    }
+}
+
+/// One timer.
+#[utoipa::path(
+    get, path = "/v1/timers/{id}", tag = "timers",
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 200, description = "The timer", body = TimerView),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn get_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<TimerView>, ApiError> {
+    let row = timer_store::fetch(&state.pool, &caller, parse_id(&id)?).await?;
+    Ok(Json(state.view(&row, Utc::now())))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// Only this namespace's timers.
+    namespace: Option<String>,
+    /// Page size: 100 unless given, at most 1000.
+    limit: Option<i64>,
+    /// Cursor: the previous page's `next_after`.
+    after: Option<Uuid>,
+}
+
+/// The timers the key sees, by id.
+#[utoipa::path(
+    get, path = "/v1/timers", tag = "timers", params(ListQuery),
+    responses((status = 200, description = "A page of timers", body = TimerPage), Errors)
+)]
+async fn list_timers(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<TimerPage>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let limit = page_limit(q.limit)?;
+    if let Some(namespace) = &q.namespace {
+        caller.require_in(namespace, Role::Read)?;
+    }
+    let rows = timer_store::list(&state.pool, &caller, q.namespace.as_deref(), q.after, limit).await?;
+    let now = Utc::now();
+    let next_after = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
+    Ok(Json(TimerPage { timers: rows.iter().map(|r| state.view(r, now)).collect(), next_after }))
+}
+
+async fn set_state(state: &AppState, caller: &Caller, id: &str, new_state: &str) -> Result<TimerView, ApiError> {
+    caller.require(Role::Write)?;
+    let row = timer_store::set_state(&state.pool, caller, parse_id(id)?, new_state).await?;
+    Ok(state.view(&row, Utc::now()))
+}
+
+/// Pauses a timer: nothing fires until it is resumed.
+#[utoipa::path(
+    post, path = "/v1/timers/{id}/pause", tag = "timers",
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 200, description = "Paused", body = TimerView),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn pause_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<TimerView>, ApiError> {
+    Ok(Json(set_state(&state, &caller, &id, "paused").await?))
+}
+
+/// Resumes a timer from now on, without the occurrences missed meanwhile.
+#[utoipa::path(
+    post, path = "/v1/timers/{id}/resume", tag = "timers",
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 200, description = "Active", body = TimerView),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn resume_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<TimerView>, ApiError> {
+    Ok(Json(set_state(&state, &caller, &id, "active").await?))
+}
+
+/// Deletes a timer: the row (and its history) stays with `state = 'deleted'`; occurrences
+/// not yet started are cancelled by the executor, a run in flight completes.
+#[utoipa::path(
+    delete, path = "/v1/timers/{id}", tag = "timers",
+    params(("id" = Uuid, Path, description = "The timer's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        UnknownTimer,
+        Errors
+    )
+)]
+async fn delete_timer(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    set_state(&state, &caller, &id, "deleted").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
