@@ -29,6 +29,9 @@ succeeded() {
 first=$(succeeded)
 [ "$first" -ge 1 ] || fail "the demo timer has not fired"
 scripts/up.sh >/tmp/punctual-smoke-up.log 2>&1 || { cat /tmp/punctual-smoke-up.log; fail "second make up"; }
+# The CLI it prints, with the key it printed.
+PUNCTUAL_ADDR="http://$PUNCTUAL_ADMIN_ADDR" PUNCTUAL_API_KEY="$(cat "$PUNCTUAL_RUN_DIR/api-key")" \
+  target/debug/punctual timer list --namespace demo | grep -q every-5-seconds || fail "punctual timer list"
 count=$(curl -fsS "${auth[@]}" "http://$PUNCTUAL_ADMIN_ADDR/v1/timers?namespace=demo" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["timers"]))')
 [ "$count" = 1 ] || fail "a second make up left $count demo timers"
 sleep 6

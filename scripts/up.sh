@@ -120,6 +120,8 @@ cat <<INFO
 Punctual is up.
 API key: $API_KEY
   (an admin key, kept in ${run}/api-key; send it as Authorization: Bearer <key>)
+  CLI              export PUNCTUAL_ADDR=http://$ADMIN_ADDR PUNCTUAL_API_KEY=\$(cat ${run}/api-key)
+                   target/debug/punctual timer list; target/debug/punctual run list --timer $id
   Admin API        http://$ADMIN_ADDR/v1/timers
   Demo timer runs  curl -s -H "Authorization: Bearer \$(cat ${run}/api-key)" http://$ADMIN_ADDR/v1/timers/$id/runs | python3 -m json.tool
   Metrics          http://$ADMIN_ADDR/metrics  http://$SCANNER_ADDR/metrics  http://$EXECUTOR_ADDR/metrics

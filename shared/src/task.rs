@@ -671,6 +671,18 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
 /// (pending by due time, claimed by lease expiry) that find no row. Only the tasks of the
 /// buckets `held` still holds are judged.
 pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> Result<Misfired, sqlx::Error> {
+    cancel_late(db, held, threshold, "t.lease_until < now()").await
+}
+
+/// As [`cancel_misfired`], for buckets just acquired (`acquired`, at their new epochs):
+/// the claims of their former owner count as void whatever their lease says, so that a
+/// claim taken over is judged late as an expired one would be before it is claimed again.
+pub async fn cancel_misfired_taken(db: &PgPool, acquired: &Held, threshold: Duration) -> Result<Misfired, sqlx::Error> {
+    cancel_late(db, acquired, threshold, "t.claim_epoch IS DISTINCT FROM ob.epoch").await
+}
+
+/// `void_claim`: when a claimed task's claim no longer stands.
+async fn cancel_late(db: &PgPool, held: &Held, threshold: Duration, void_claim: &str) -> Result<Misfired, sqlx::Error> {
     if held.is_empty() {
         return Ok(Misfired::default());
     }
@@ -681,7 +693,7 @@ pub async fn cancel_misfired(db: &PgPool, held: &Held, threshold: Duration) -> R
              WHERE t.status = 'pending' AND t.due_at < now() - $3::interval AND t.attempt = 1
             UNION ALL
             SELECT t.id FROM tasks t {owned}
-             WHERE t.status = 'claimed' AND t.lease_until < now()
+             WHERE t.status = 'claimed' AND {void_claim}
                AND t.due_at < now() - $3::interval AND t.attempt = 1
          ), missed AS (
             SELECT t.id, tm.misfire_policy,

@@ -42,7 +42,7 @@ impl From<crate::schedule::ScheduleError> for FieldError {
 }
 
 /// `POST /v1/timers` body.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({
     "namespace": "billing", "name": "nightly-invoices",
@@ -51,17 +51,18 @@ impl From<crate::schedule::ScheduleError> for FieldError {
 }))]
 pub struct TimerSpec {
     /// 1 to 64 characters of a-z, 0-9, '.', '_' or '-'; `default` unless given.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
     pub schedule: ScheduleSpec,
     pub action: ActionSpec,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misfire_policy: Option<MisfirePolicy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub catchup_window_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_policy: Option<OverlapPolicy>,
 }
 
@@ -94,17 +95,20 @@ pub struct ScheduleSpec {
 }
 
 /// Exactly one action kind.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpActionSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaActionSpec>,
 }
 
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaActionSpec {
     pub topic: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -169,14 +173,17 @@ impl ActionSpec {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpActionSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     pub url: String,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<i64>,
 }
 

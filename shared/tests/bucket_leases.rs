@@ -135,3 +135,44 @@ async fn a_member_with_a_statement_in_flight_is_not_removed() {
     tx.commit().await.unwrap();
     assert_eq!(bucket::remove_expired(&db.pool).await.unwrap(), ["old"]);
 }
+
+/// Claims taken over late are judged by their timers' misfire policies before they are
+/// claimed again, as the claims of an expired lease are: a former owner's claim that is
+/// minutes late does not run for a `skip` timer, however long its lease still was.
+#[tokio::test]
+async fn claims_taken_over_late_go_by_their_misfire_policies() {
+    let db = TestDb::create().await;
+    let skip = timer(&db).await;
+    sqlx::query("UPDATE timers SET misfire_policy = 'skip', name = 'skip' WHERE id = $1")
+        .bind(skip)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let fire_all = timer(&db).await;
+    sqlx::query("UPDATE timers SET misfire_policy = 'fire_all' WHERE id = $1")
+        .bind(fire_all)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_secs(1), BUCKETS as usize).await.unwrap();
+    let late = Utc::now() - chrono::Duration::minutes(2);
+    let planned: Vec<PlannedTask> =
+        [skip, fire_all].iter().map(|t| PlannedTask { timer_id: *t, scheduled_at: late, timer_version: 1 }).collect();
+    // Claimed with a lease far longer than the takeover takes.
+    let claim = task::PlanClaim { held: &old, due_before: Utc::now(), lease: LONG };
+    assert_eq!(task::plan(&db.pool, &planned, Some(&claim)).await.unwrap().claimed.len(), 2);
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(bucket::remove_expired(&db.pool).await.unwrap(), ["old"]);
+    bucket::join(&db.pool, "new", LONG).await.unwrap();
+    let grants = bucket::acquire(&db.pool, "new", &[], 1024).await.unwrap();
+    let new = Held::new("new", &grants.iter().map(|g| (g.bucket, g.epoch)).collect::<Vec<_>>());
+    // The regular sweep leaves a claim whose lease stands alone ...
+    let swept = task::cancel_misfired(&db.pool, &new, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(swept.total(), 0);
+    // ... the takeover's does not.
+    let misfired = task::cancel_misfired_taken(&db.pool, &new, Duration::from_secs(60)).await.unwrap();
+    assert_eq!((misfired.skip, misfired.fire_all), (1, 0));
+    let reclaimed = task::reclaim_taken(&db.pool, &new, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(reclaimed.iter().map(|c| c.timer_id).collect::<Vec<_>>(), [fire_all]);
+}

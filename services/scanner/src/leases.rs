@@ -137,6 +137,8 @@ pub struct LeaseKeeper {
     pub heartbeat: Duration,
     /// The task claim lease, for the tasks claimed again on takeover.
     pub claim_lease: Duration,
+    /// How late a task claimed again on takeover may be before its misfire policy applies.
+    pub misfire_threshold: Duration,
     pub metrics: Metrics,
     /// Tasks claimed again on takeover go to the wheel driver.
     pub claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
@@ -226,7 +228,12 @@ impl LeaseKeeper {
         }
         if !to_reclaim.is_empty() {
             let (_writes, _) = self.ownership.for_writing().await;
-            let claimed = task::reclaim_taken(&self.pool, &Held::new(owner, to_reclaim), self.claim_lease).await?;
+            let acquired = Held::new(owner, to_reclaim);
+            // The former owner's claims that are late past the threshold go by their
+            // timers' misfire policies first, as the claims of an expired lease would.
+            let misfired = task::cancel_misfired_taken(&self.pool, &acquired, self.misfire_threshold).await?;
+            crate::count_misfired(&self.metrics, &misfired);
+            let claimed = task::reclaim_taken(&self.pool, &acquired, self.claim_lease).await?;
             to_reclaim.clear();
             if !claimed.is_empty() {
                 self.metrics.reclaimed.inc_by(claimed.len() as u64);

@@ -105,6 +105,7 @@ impl App {
                 lease: self.config.bucket_lease(),
                 heartbeat: self.config.bucket_heartbeat(),
                 claim_lease: self.config.lease(),
+                misfire_threshold: std::time::Duration::from_millis(self.config.misfire_threshold_ms),
                 metrics: self.metrics.clone(),
                 claimed_tx: claimed_tx.clone(),
             }
@@ -273,7 +274,7 @@ async fn keep_topic(kafka: KafkaConfig, topic_missing: Arc<AtomicBool>, token: C
 }
 
 /// Counts missed occurrences left unplanned or cancelled by their timers' misfire policies.
-fn count_misfired(metrics: &Metrics, misfired: &task::Misfired) {
+pub(crate) fn count_misfired(metrics: &Metrics, misfired: &task::Misfired) {
     if misfired.total() == 0 {
         return;
     }

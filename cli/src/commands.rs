@@ -1,0 +1,314 @@
+//! What each command asks the API (or, for `migrate` and `key create --bootstrap`, the
+//! database), and what it prints.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::timer::{ActionSpec, HttpActionSpec, ScheduleSpec, TimerSpec};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::args::{Cli, Command, DeadCommand, KeyCommand, Output, RunCommand, ScheduleArgs, TimerCommand};
+use crate::client::{CliError, Client};
+use crate::output::{print_keys, print_runs, print_timer, print_timers, Printer};
+
+/// `PATCH /v1/timers/{id}` as the CLI sends it.
+#[derive(Debug, Serialize)]
+struct TimerPatch {
+    revision: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schedule: Option<ScheduleSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct PreviewRequest {
+    schedule: ScheduleSpec,
+    count: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct BackfillRequest {
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReplayRequest {
+    ids: Vec<i64>,
+}
+
+/// A key made with `--bootstrap`, shown as the API shows a key it creates.
+#[derive(Debug, Serialize)]
+struct BootstrapKey {
+    id: uuid::Uuid,
+    name: String,
+    key: String,
+    role: Role,
+}
+
+#[derive(Debug, Serialize)]
+struct KeyRequest {
+    name: String,
+    role: Role,
+    namespaces: Vec<String>,
+}
+
+fn schedule(args: ScheduleArgs) -> ScheduleSpec {
+    ScheduleSpec {
+        cron: args.cron,
+        timezone: args.timezone,
+        at: args.at,
+        delay_ms: args.delay_ms,
+        every_ms: args.every_ms,
+        ..Default::default()
+    }
+}
+
+/// `Name: value` pairs.
+fn headers(given: Vec<String>) -> Result<BTreeMap<String, String>, CliError> {
+    given
+        .into_iter()
+        .map(|h| match h.split_once(':') {
+            Some((name, value)) => Ok((name.trim().to_owned(), value.trim().to_owned())),
+            None => Err(CliError::Usage(format!("--header {h:?}: give it as 'Name: value'"))),
+        })
+        .collect()
+}
+
+fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+    serde_json::from_str(text).map_err(|e| CliError::Usage(format!("{flag}: not JSON ({e})")))
+}
+
+/// A file's JSON, or standard input's for `-`.
+fn json_file(path: &str) -> Result<Value, CliError> {
+    let mut text = String::new();
+    let read = if path == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|e| CliError::Usage(format!("--file {path}: {e}")))?;
+    json_arg(&format!("--file {path}"), &text)
+}
+
+fn id_path(id: &str) -> Result<String, CliError> {
+    uuid::Uuid::parse_str(id)
+        .map(|id| format!("/v1/timers/{id}"))
+        .map_err(|_| CliError::Usage(format!("{id:?} is not a timer id (a UUID)")))
+}
+
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let out = Printer { output: cli.output };
+    let client = || Client::new(&cli.addr, cli.api_key.clone());
+    match cli.command {
+        Command::Timer(command) => timer(&client()?, &out, command).await,
+        Command::Run(RunCommand::List { timer, namespace, status, limit }) => {
+            let status = status.map(|s| format!("&status={s}")).unwrap_or_default();
+            let (path, key) = match (timer, namespace) {
+                (Some(timer), _) => (format!("{}/runs?limit={limit}{status}", id_path(&timer)?), "runs"),
+                (None, Some(ns)) => (format!("/v1/namespaces/{ns}/runs?limit={limit}{status}"), "runs"),
+                (None, None) => return Err(CliError::Usage("give --timer or --namespace".into())),
+            };
+            let answer = client()?.get(&path).await?;
+            out.show(&answer, || print_runs(&answer[key]));
+            Ok(())
+        }
+        Command::Dead(DeadCommand::List { namespace, limit }) => {
+            let namespace = namespace.map(|ns| format!("&namespace={ns}")).unwrap_or_default();
+            let answer = client()?.get(&format!("/v1/tasks?status=dead&limit={limit}{namespace}")).await?;
+            out.show(&answer, || print_runs(&answer["tasks"]));
+            Ok(())
+        }
+        Command::Dead(DeadCommand::Replay { task_ids }) => {
+            let answer = client()?.post("/v1/tasks/replay", Some(&ReplayRequest { ids: task_ids })).await?;
+            out.show(&answer, || println!("replayed: {}", answer["replayed"]));
+            Ok(())
+        }
+        Command::Key(KeyCommand::Create { name, role, namespaces, bootstrap: true, database_url }) => {
+            let url = database_url.ok_or_else(|| CliError::Usage("--bootstrap needs PUNCTUAL_DATABASE_URL".into()))?;
+            if !matches!(Role::from(role), Role::Admin) || !namespaces.is_empty() {
+                return Err(CliError::Usage("--bootstrap makes an admin key: --role admin, no --namespace".into()));
+            }
+            let pool = sqlx::PgPool::connect(&url).await?;
+            punctual_shared::db::migrate(&pool).await?;
+            let key = ApiKey::generate();
+            let id: uuid::Uuid = sqlx::query_scalar(
+                "INSERT INTO api_keys (name, digest, prefix, role) VALUES ($1, $2, $3, 'admin') RETURNING id",
+            )
+            .bind(&name)
+            .bind(key.digest())
+            .bind(key.shown_prefix())
+            .fetch_one(&pool)
+            .await?;
+            let created = BootstrapKey { id, name, key: key.expose().to_owned(), role: Role::Admin };
+            let answer = serde_json::to_value(&created).unwrap_or_default();
+            out.show(&answer, || println!("API key: {}\n(id {id}, admin; it is shown only now)", key.expose()));
+            Ok(())
+        }
+        Command::Key(KeyCommand::Create { name, role, namespaces, .. }) => {
+            let request = KeyRequest { name, role: role.into(), namespaces };
+            let answer = client()?.post("/v1/keys", Some(&request)).await?;
+            out.show(&answer, || {
+                println!("API key: {}", answer["key"].as_str().unwrap_or_default());
+                println!(
+                    "(id {}, {}; it is shown only now)",
+                    answer["id"].as_str().unwrap_or_default(),
+                    answer["role"]
+                );
+            });
+            Ok(())
+        }
+        Command::Key(KeyCommand::List) => {
+            let answer = client()?.get("/v1/keys").await?;
+            out.show(&answer, || print_keys(&answer["keys"]));
+            Ok(())
+        }
+        Command::Key(KeyCommand::Revoke { id }) => {
+            let id = uuid::Uuid::parse_str(&id).map_err(|_| CliError::Usage(format!("{id:?} is not a key id")))?;
+            client()?.delete(&format!("/v1/keys/{id}")).await?;
+            out.done(&format!("revoked key {id}"));
+            Ok(())
+        }
+        Command::Migrate(db) => {
+            let pool = sqlx::PgPool::connect(&db.database_url).await?;
+            punctual_shared::db::migrate(&pool).await?;
+            out.done("the schema is up to date");
+            Ok(())
+        }
+    }
+}
+
+async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<(), CliError> {
+    match command {
+        TimerCommand::Create { file: Some(file), .. } => {
+            let answer = client.post("/v1/timers", Some(&json_file(&file)?)).await?;
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::Create { name, namespace, schedule: s, url, method, headers: h, body, file: None } => {
+            if !s.given() {
+                return Err(CliError::Usage("give a schedule: --cron, --every-ms, --at or --delay-ms".into()));
+            }
+            let body = body.map(|b| json_arg("--body", &b)).transpose()?;
+            let spec = TimerSpec {
+                namespace: Some(namespace),
+                name: name.unwrap_or_default(),
+                schedule: schedule(s),
+                action: ActionSpec {
+                    http: Some(HttpActionSpec {
+                        method: Some(method),
+                        url: url.unwrap_or_default(),
+                        headers: headers(h)?,
+                        body,
+                        timeout_ms: None,
+                    }),
+                    kafka: None,
+                },
+                retry: None,
+                misfire_policy: None,
+                catchup_window_ms: None,
+                overlap_policy: None,
+            };
+            let answer = client.post("/v1/timers", Some(&spec)).await?;
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::Get { id } => {
+            let answer = client.get(&id_path(&id)?).await?;
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::List { namespace, limit } => {
+            let namespace = namespace.map(|ns| format!("&namespace={ns}")).unwrap_or_default();
+            let answer = client.get(&format!("/v1/timers?limit={limit}{namespace}")).await?;
+            out.show(&answer, || print_timers(&answer["timers"]));
+        }
+        TimerCommand::Update { id, name, schedule: s, url, file } => {
+            let path = id_path(&id)?;
+            let current = client.get(&path).await?;
+            let revision = current["revision"].as_i64().unwrap_or_default();
+            let answer = if let Some(file) = file {
+                let mut patch = json_file(&file)?;
+                let Some(fields) = patch.as_object_mut() else {
+                    return Err(CliError::Usage(format!("--file {file}: give a JSON object of the fields to change")));
+                };
+                fields.entry("revision").or_insert(revision.into());
+                client.patch(&path, &patch).await?
+            } else {
+                let action = url.map(|url| {
+                    let mut action = current["action"].clone();
+                    action["http"]["url"] = url.into();
+                    action
+                });
+                let schedule = s.given().then(|| schedule(s));
+                if name.is_none() && schedule.is_none() && action.is_none() {
+                    return Err(CliError::Usage("nothing to change: give --name, a schedule, --url or --file".into()));
+                }
+                client.patch(&path, &TimerPatch { revision, name, schedule, action }).await?
+            };
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::Delete { id } => {
+            client.delete(&id_path(&id)?).await?;
+            out.done(&format!("deleted timer {id}"));
+        }
+        TimerCommand::Pause { id } => {
+            let answer = client.post(&format!("{}/pause", id_path(&id)?), None::<&()>).await?;
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::Resume { id } => {
+            let answer = client.post(&format!("{}/resume", id_path(&id)?), None::<&()>).await?;
+            out.show(&answer, || print_timer(&answer));
+        }
+        TimerCommand::Trigger { id } => {
+            let answer = client.post(&format!("{}/trigger", id_path(&id)?), None::<&()>).await?;
+            out.show(&answer, || {
+                println!(
+                    "triggered: task {} scheduled at {} (idempotency key {})",
+                    answer["task_id"],
+                    answer["scheduled_at"].as_str().unwrap_or_default(),
+                    answer["idempotency_key"].as_str().unwrap_or_default()
+                )
+            });
+        }
+        TimerCommand::Backfill { id, from, to } => {
+            let path = format!("{}/backfill", id_path(&id)?);
+            let answer = client.post(&path, Some(&BackfillRequest { from, to })).await?;
+            out.show(&answer, || {
+                println!("added {} of the range's {} occurrences", answer["added"], answer["occurrences"])
+            });
+        }
+        TimerCommand::Preview { schedule: s, count } => {
+            if !s.given() {
+                return Err(CliError::Usage("give a schedule: --cron, --every-ms, --at or --delay-ms".into()));
+            }
+            let answer =
+                client.post("/v1/schedules/preview", Some(&PreviewRequest { schedule: schedule(s), count })).await?;
+            out.show(&answer, || {
+                for time in answer["fire_times"].as_array().into_iter().flatten() {
+                    println!("{}", time.as_str().unwrap_or_default());
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Printer {
+    /// The answer as JSON, or as `table` prints it.
+    pub fn show(&self, answer: &Value, table: impl FnOnce()) {
+        match self.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(answer).unwrap_or_default()),
+            Output::Table => table(),
+        }
+    }
+
+    /// An action without an answer: a line for people, nothing for scripts.
+    pub fn done(&self, line: &str) {
+        if self.output == Output::Table {
+            println!("{line}");
+        }
+    }
+}

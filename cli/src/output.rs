@@ -1,0 +1,120 @@
+//! Tables for people: the fields of the API's answers that matter at a glance.
+
+use comfy_table::presets::NOTHING;
+use comfy_table::Table;
+use serde_json::Value;
+
+use crate::args::Output;
+
+pub struct Printer {
+    pub output: Output,
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(NOTHING).set_header(header.iter().copied());
+    table
+}
+
+/// `cron 0 0 2 * * * Europe/Berlin`, `every 60000 ms`, `at …`, `after … ms`.
+fn schedule(timer: &Value) -> String {
+    let s = &timer["schedule"];
+    if let Some(cron) = s["cron"].as_str() {
+        format!("cron {cron} {}", s["timezone"].as_str().unwrap_or("UTC"))
+    } else if let Some(every) = s["every_ms"].as_i64() {
+        format!("every {every} ms")
+    } else if let Some(at) = s["at"].as_str() {
+        format!("at {at}")
+    } else {
+        format!("after {} ms", text(&s["delay_ms"]))
+    }
+}
+
+fn target(timer: &Value) -> String {
+    let action = &timer["action"];
+    match (action["http"]["url"].as_str(), action["kafka"]["topic"].as_str()) {
+        (Some(url), _) => format!("{} {url}", action["http"]["method"].as_str().unwrap_or("POST")),
+        (None, Some(topic)) => format!("kafka {topic}"),
+        _ => "-".to_owned(),
+    }
+}
+
+pub fn print_timer(timer: &Value) {
+    let mut t = table(&["FIELD", "VALUE"]);
+    let next = timer["next_fire_times"].as_array().and_then(|f| f.first()).map(text).unwrap_or("-".into());
+    for (field, value) in [
+        ("id", text(&timer["id"])),
+        ("namespace", text(&timer["namespace"])),
+        ("name", text(&timer["name"])),
+        ("schedule", schedule(timer)),
+        ("action", target(timer)),
+        ("state", text(&timer["state"])),
+        ("plan status", text(&timer["plan_status"])),
+        ("revision", text(&timer["revision"])),
+        ("next fire", next),
+    ] {
+        t.add_row([field.to_owned(), value]);
+    }
+    if !timer["invalid_reason"].is_null() {
+        t.add_row(["invalid".to_owned(), text(&timer["invalid_reason"])]);
+    }
+    println!("{t}");
+}
+
+pub fn print_timers(timers: &Value) {
+    let mut t = table(&["ID", "NAMESPACE", "NAME", "SCHEDULE", "STATE", "NEXT FIRE"]);
+    for timer in timers.as_array().into_iter().flatten() {
+        let next = timer["next_fire_times"].as_array().and_then(|f| f.first()).map(text).unwrap_or("-".into());
+        t.add_row([
+            text(&timer["id"]),
+            text(&timer["namespace"]),
+            text(&timer["name"]),
+            schedule(timer),
+            text(&timer["state"]),
+            next,
+        ]);
+    }
+    println!("{t}");
+}
+
+pub fn print_runs(runs: &Value) {
+    let mut t = table(&["TASK", "TIMER", "SCHEDULED AT", "STATUS", "ATTEMPT", "HTTP", "MS", "ERROR"]);
+    for run in runs.as_array().into_iter().flatten() {
+        t.add_row([
+            text(&run["id"]),
+            text(&run["timer_id"]),
+            text(&run["scheduled_at"]),
+            text(&run["status"]),
+            text(&run["attempt"]),
+            text(&run["http_status"]),
+            text(&run["duration_ms"]),
+            text(&run["error"]),
+        ]);
+    }
+    println!("{t}");
+}
+
+pub fn print_keys(keys: &Value) {
+    let mut t = table(&["ID", "NAME", "KEY", "ROLE", "NAMESPACES", "CREATED", "REVOKED"]);
+    for key in keys.as_array().into_iter().flatten() {
+        let namespaces: Vec<String> = key["namespaces"].as_array().into_iter().flatten().map(text).collect();
+        t.add_row([
+            text(&key["id"]),
+            text(&key["name"]),
+            text(&key["prefix"]),
+            text(&key["role"]),
+            if namespaces.is_empty() { "(all)".to_owned() } else { namespaces.join(",") },
+            text(&key["created_at"]),
+            text(&key["revoked_at"]),
+        ]);
+    }
+    println!("{t}");
+}
