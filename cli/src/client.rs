@@ -59,8 +59,9 @@ impl Client {
         Ok(Self { addr: addr.trim_end_matches('/').to_owned(), key, http })
     }
 
-    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
-        self.send(Method::GET, path, None::<&()>).await
+    /// `query`: the query's parameters, encoded here.
+    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, CliError> {
+        self.send_query(Method::GET, path, query, None::<&()>).await
     }
 
     pub async fn post<B: Serialize>(&self, path: &str, body: Option<&B>) -> Result<Value, CliError> {
@@ -77,8 +78,18 @@ impl Client {
 
     /// The answer's JSON (null for an empty one), or the error it is.
     async fn send<B: Serialize>(&self, method: Method, path: &str, body: Option<&B>) -> Result<Value, CliError> {
+        self.send_query(method, path, &[], body).await
+    }
+
+    async fn send_query<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+    ) -> Result<Value, CliError> {
         let url = format!("{}{path}", self.addr);
-        let mut request = self.http.request(method, &url);
+        let mut request = self.http.request(method, &url).query(query);
         if let Some(key) = &self.key {
             request = request.bearer_auth(key);
         }

@@ -96,6 +96,28 @@ fn json_file(path: &str) -> Result<Value, CliError> {
     json_arg(&format!("--file {path}"), &text)
 }
 
+/// A new schedule for a timer: what the flags give, keeping the current schedule's bounds
+/// and, for a cron schedule that stays one, its time zone and DST policy unless given.
+fn rescheduled(current: &Value, args: ScheduleArgs) -> ScheduleSpec {
+    let current: ScheduleSpec = serde_json::from_value(current.clone()).unwrap_or_default();
+    let still_cron = args.cron.is_some() && current.cron.is_some();
+    let mut new = schedule(args);
+    new.start_at = current.start_at;
+    new.end_at = current.end_at;
+    if still_cron {
+        new.timezone = new.timezone.or(current.timezone);
+        new.dst_gap = current.dst_gap;
+    }
+    new
+}
+
+/// A namespace as a path segment: only its own characters, so that it stays one.
+fn namespace_segment(namespace: &str) -> Result<&str, CliError> {
+    punctual_shared::timer::check_namespace(namespace)
+        .map(|_| namespace)
+        .map_err(|e| CliError::Usage(format!("--namespace {namespace:?}: {}", e.message)))
+}
+
 fn id_path(id: &str) -> Result<String, CliError> {
     uuid::Uuid::parse_str(id)
         .map(|id| format!("/v1/timers/{id}"))
@@ -108,19 +130,21 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Timer(command) => timer(&client()?, &out, command).await,
         Command::Run(RunCommand::List { timer, namespace, status, limit }) => {
-            let status = status.map(|s| format!("&status={s}")).unwrap_or_default();
-            let (path, key) = match (timer, namespace) {
-                (Some(timer), _) => (format!("{}/runs?limit={limit}{status}", id_path(&timer)?), "runs"),
-                (None, Some(ns)) => (format!("/v1/namespaces/{ns}/runs?limit={limit}{status}"), "runs"),
+            let mut query = vec![("limit", limit.to_string())];
+            query.extend(status.map(|s| ("status", s)));
+            let path = match (timer, namespace) {
+                (Some(timer), _) => format!("{}/runs", id_path(&timer)?),
+                (None, Some(ns)) => format!("/v1/namespaces/{}/runs", namespace_segment(&ns)?),
                 (None, None) => return Err(CliError::Usage("give --timer or --namespace".into())),
             };
-            let answer = client()?.get(&path).await?;
-            out.show(&answer, || print_runs(&answer[key]));
+            let answer = client()?.get(&path, &query).await?;
+            out.show(&answer, || print_runs(&answer["runs"]));
             Ok(())
         }
         Command::Dead(DeadCommand::List { namespace, limit }) => {
-            let namespace = namespace.map(|ns| format!("&namespace={ns}")).unwrap_or_default();
-            let answer = client()?.get(&format!("/v1/tasks?status=dead&limit={limit}{namespace}")).await?;
+            let mut query = vec![("status", "dead".to_owned()), ("limit", limit.to_string())];
+            query.extend(namespace.map(|ns| ("namespace", ns)));
+            let answer = client()?.get("/v1/tasks", &query).await?;
             out.show(&answer, || print_runs(&answer["tasks"]));
             Ok(())
         }
@@ -164,7 +188,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Key(KeyCommand::List) => {
-            let answer = client()?.get("/v1/keys").await?;
+            let answer = client()?.get("/v1/keys", &[]).await?;
             out.show(&answer, || print_keys(&answer["keys"]));
             Ok(())
         }
@@ -217,17 +241,18 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
             out.show(&answer, || print_timer(&answer));
         }
         TimerCommand::Get { id } => {
-            let answer = client.get(&id_path(&id)?).await?;
+            let answer = client.get(&id_path(&id)?, &[]).await?;
             out.show(&answer, || print_timer(&answer));
         }
         TimerCommand::List { namespace, limit } => {
-            let namespace = namespace.map(|ns| format!("&namespace={ns}")).unwrap_or_default();
-            let answer = client.get(&format!("/v1/timers?limit={limit}{namespace}")).await?;
+            let mut query = vec![("limit", limit.to_string())];
+            query.extend(namespace.map(|ns| ("namespace", ns)));
+            let answer = client.get("/v1/timers", &query).await?;
             out.show(&answer, || print_timers(&answer["timers"]));
         }
         TimerCommand::Update { id, name, schedule: s, url, file } => {
             let path = id_path(&id)?;
-            let current = client.get(&path).await?;
+            let current = client.get(&path, &[]).await?;
             let revision = current["revision"].as_i64().unwrap_or_default();
             let answer = if let Some(file) = file {
                 let mut patch = json_file(&file)?;
@@ -237,12 +262,15 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
                 fields.entry("revision").or_insert(revision.into());
                 client.patch(&path, &patch).await?
             } else {
+                if url.is_some() && current["action"]["http"].is_null() {
+                    return Err(CliError::Usage("--url: this timer publishes to Kafka; change it with --file".into()));
+                }
                 let action = url.map(|url| {
                     let mut action = current["action"].clone();
                     action["http"]["url"] = url.into();
                     action
                 });
-                let schedule = s.given().then(|| schedule(s));
+                let schedule = s.given().then(|| rescheduled(&current["schedule"], s));
                 if name.is_none() && schedule.is_none() && action.is_none() {
                     return Err(CliError::Usage("nothing to change: give --name, a schedule, --url or --file".into()));
                 }

@@ -28,7 +28,7 @@ async fn admin() -> Admin {
         min_fire_interval_ms: 1_000,
         namespace_max_timers: 100_000,
         auth: punctual_admin::auth::AuthConfig {
-            bootstrap_api_key: Some(key.clone()),
+            bootstrap_api_key: Some(key.expose().to_owned()),
             api_rate_limit: 0,
             ..Default::default()
         },
@@ -120,11 +120,17 @@ async fn timers_are_managed_from_the_command_line() {
     let listed = stdout(&punctual(&admin, key, &["timer", "list", "--namespace", "billing"]).await);
     assert!(listed.lines().next().unwrap().contains("NAMESPACE") && listed.contains(&id), "{listed}");
 
+    let later = json(&punctual(&admin, key, &["-o", "json", "timer", "update", &id, "--cron", "0 0 3 * * *"]).await);
+    assert_eq!(
+        later["schedule"],
+        serde_json::json!({"cron": "0 0 3 * * *", "timezone": "Europe/Berlin", "dst_gap": "next_valid"}),
+        "a new cron expression keeps the time zone"
+    );
     let updated = json(
         &punctual(&admin, key, &["-o", "json", "timer", "update", &id, "--name", "nightly-2", "--every-ms", "60000"])
             .await,
     );
-    assert_eq!((updated["name"].as_str(), updated["revision"].as_i64()), (Some("nightly-2"), Some(2)));
+    assert_eq!((updated["name"].as_str(), updated["revision"].as_i64()), (Some("nightly-2"), Some(3)));
     assert_eq!(updated["schedule"], serde_json::json!({"every_ms": 60000}));
     let moved = json(
         &punctual(&admin, key, &["-o", "json", "timer", "update", &id, "--url", "https://hooks.example.com/moved"])
@@ -204,6 +210,13 @@ async fn every_error_is_one_line_and_a_non_zero_exit() {
         .await,
     );
     assert!(line.contains("--body: not JSON"), "{line}");
+    // clap's own usage errors: one line too, and exit code 2.
+    let usage = punctual(&admin, key, &["key", "create", "--name", "x"]).await;
+    let stderr = String::from_utf8_lossy(&usage.stderr);
+    assert_eq!((usage.status.code(), stderr.lines().count()), (Some(2), 1), "{stderr}");
+    assert!(stderr.contains("--role"), "{stderr}");
+    let line = failure(&punctual(&admin, key, &["run", "list", "--namespace", "../keys"]).await);
+    assert!(line.contains("--namespace"), "{line}");
     let line = failure(&punctual(&admin, key, &["timer", "get", "not-an-id"]).await);
     assert!(line.contains("not a timer id"), "{line}");
     let line =

@@ -23,5 +23,6 @@ pub mod target_guard;
 pub mod task;
 pub mod telemetry;
 pub mod timer;
+pub mod timer_state;
 pub mod trace_context;
 pub mod webhook_signature;

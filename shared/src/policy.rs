@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// What becomes of occurrences missed by more than the misfire threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum MisfirePolicy {
     /// None of them fires.
     Skip,
@@ -17,8 +18,9 @@ pub enum MisfirePolicy {
 
 /// What happens when a recurring timer's occurrence is due while its previous run is
 /// still running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum OverlapPolicy {
     /// Both run.
     #[default]

@@ -57,8 +57,11 @@ impl ScheduleError {
 
 /// What a cron occurrence whose local time does not exist (the hour skipped when clocks
 /// spring forward) becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum DstGap {
     /// Fires once, at the first valid instant after the gap (e.g. 03:00 for 02:30).
     #[default]

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
 use crate::schedule::{check_span, CronSchedule, DstGap, Schedule, ScheduleKind};
+use crate::timer_state::{PlanStatus, TimerState};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
@@ -432,18 +433,18 @@ pub struct TimerRow {
     pub retry_initial_ms: i32,
     pub retry_multiplier: f64,
     pub retry_max_ms: i32,
-    pub misfire_policy: String,
+    pub misfire_policy: MisfirePolicy,
     pub catchup_window_ms: i64,
-    pub overlap_policy: String,
-    pub dst_gap: String,
-    pub state: String,
+    pub overlap_policy: OverlapPolicy,
+    pub dst_gap: DstGap,
+    pub state: TimerState,
     /// Bumped by every change of the schedule or action (tasks of older versions are not run).
     pub version: i64,
     /// Bumped by every change of the timer a user can make (what a PATCH is conditional on).
     pub revision: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    pub plan_status: String,
+    pub plan_status: PlanStatus,
     pub next_plan_at: Option<DateTime<Utc>>,
     pub invalid_reason: Option<String>,
     /// Occurrences at or before this had their history deleted by retention, and are
@@ -473,8 +474,7 @@ impl TimerRow {
                     .cron_expr
                     .as_deref()
                     .ok_or_else(|| FieldError::new("cron_expr", "cron_expr is required for a cron timer"))?;
-                let dst_gap = DstGap::parse(&self.dst_gap)
-                    .ok_or_else(|| FieldError::new("dst_gap", format!("unknown DST policy {:?}", self.dst_gap)))?;
+                let dst_gap = self.dst_gap;
                 ScheduleKind::Cron(Box::new(
                     CronSchedule::parse(expr, &self.timezone).map(|c| c.with_dst_gap(dst_gap)).map_err(|e| {
                         let column = if e.field() == "schedule.timezone" { "timezone" } else { "cron_expr" };

@@ -23,8 +23,9 @@ use crate::error::ApiError;
 pub struct AuthConfig {
     /// An admin key to create at start (if no key with it exists yet), so that the first
     /// keys can be made through the API. A revoked bootstrap key stays revoked.
+    // A string, parsed at start: clap's error for a malformed value would print the value.
     #[arg(long, env = "PUNCTUAL_BOOTSTRAP_API_KEY", hide_env_values = true)]
-    pub bootstrap_api_key: Option<ApiKey>,
+    pub bootstrap_api_key: Option<String>,
     /// Serve every request as an admin, without keys. Only for a closed network; logged as
     /// a warning at start.
     #[arg(long, env = "PUNCTUAL_AUTH_DISABLED", default_value_t = false, action = clap::ArgAction::Set)]
@@ -102,6 +103,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error("PUNCTUAL_BOOTSTRAP_API_KEY is not an API key: pct_ and 43 base64url characters")]
+    MalformedBootstrapKey,
+    #[error("creating the bootstrap API key: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
 #[derive(Clone)]
 pub struct Authenticator {
     pool: PgPool,
@@ -111,8 +120,10 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Creates the bootstrap key if it is new, and warns if authentication is off.
-    pub async fn start(pool: PgPool, config: &AuthConfig) -> Result<Self, sqlx::Error> {
-        if let Some(key) = &config.bootstrap_api_key {
+    pub async fn start(pool: PgPool, config: &AuthConfig) -> Result<Self, AuthSetupError> {
+        let bootstrap = config.bootstrap_api_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
+        if let Some(key) = bootstrap {
+            let key: ApiKey = key.parse().map_err(|_| AuthSetupError::MalformedBootstrapKey)?;
             let created = sqlx::query(
                 "INSERT INTO api_keys (name, digest, prefix, role) VALUES ('bootstrap', $1, $2, 'admin')
                  ON CONFLICT (digest) DO NOTHING",
@@ -146,11 +157,13 @@ impl Authenticator {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Err(ApiError::Unauthenticated("send an API key: Authorization: Bearer <key>".into()));
         };
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
         let key = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|k| k.trim().parse::<ApiKey>().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .and_then(|(_, k)| k.trim().parse::<ApiKey>().ok())
             .ok_or_else(|| ApiError::Unauthenticated("the Authorization header is not Bearer <API key>".into()))?;
         let row: Option<(Uuid, String, Vec<String>)> =
             sqlx::query_as("SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL")

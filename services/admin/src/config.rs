@@ -32,7 +32,8 @@ pub struct AdminConfig {
     /// below it, or a cron expression firing twice within it, is refused (422).
     #[arg(long, env = "PUNCTUAL_MIN_FIRE_INTERVAL_MS", default_value_t = 1_000)]
     pub min_fire_interval_ms: u64,
-    /// The most timers (not deleted) a namespace may hold through the API (409 beyond).
+    /// The most timers (not deleted) a namespace may hold through the API (409 beyond); 0
+    /// for no limit.
     #[arg(long, env = "PUNCTUAL_NAMESPACE_MAX_TIMERS", default_value_t = 100_000)]
     pub namespace_max_timers: u64,
     #[command(flatten)]

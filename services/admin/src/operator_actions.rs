@@ -24,6 +24,7 @@ use crate::request::{parse_id, parse_json};
 use crate::state::AppState;
 use crate::timer_store;
 use punctual_shared::api_key::Role;
+use punctual_shared::timer_state::TimerState;
 
 /// Most fire times one preview gives.
 pub const MAX_PREVIEW: usize = 100;
@@ -41,10 +42,10 @@ pub fn routes() -> OpenApiRouter<AppState> {
 async fn active_timer(state: &AppState, caller: &Caller, id: Uuid, action: &str) -> Result<TimerRow, ApiError> {
     caller.require(Role::Write)?;
     let timer = timer_store::fetch(&state.pool, caller, id).await?;
-    if timer.state != "active" {
+    if timer.state != TimerState::Active {
         return Err(ApiError::Conflict {
             field: None,
-            detail: format!("timer {id} is {}: only an active timer is {action}", timer.state),
+            detail: format!("timer {id} is {}: only an active timer is {action}", timer.state.as_str()),
         });
     }
     Ok(timer)

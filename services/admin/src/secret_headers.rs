@@ -60,7 +60,12 @@ impl SecretHeaders {
     /// Puts the stored values back where a timer given to be stored still reads
     /// [`REDACTED`] (`stored`: the timer's view as stored, unredacted; none for a new timer).
     /// A [`REDACTED`] header without a stored value is refused: it would be sent as is.
+    /// A stored value goes back only to the target it was given for (the same scheme, host
+    /// and port): a key that may change a timer but not read its secrets cannot send them
+    /// elsewhere by changing the URL.
     pub fn restore(&self, spec: &mut Value, stored: Option<&Value>) -> Result<(), FieldError> {
+        let same_target =
+            origin(spec.pointer("/action/http/url")) == origin(stored.and_then(|s| s.pointer("/action/http/url")));
         let Some(Value::Object(headers)) = spec.pointer_mut("/action/http/headers") else {
             return Ok(());
         };
@@ -70,6 +75,15 @@ impl SecretHeaders {
                 continue;
             }
             match stored.and_then(|s| s.get(name)) {
+                Some(_) if !same_target => {
+                    return Err(FieldError::new(
+                        format!("action.http.headers.{name}"),
+                        format!(
+                            "{REDACTED} keeps the stored value only for the same target (scheme, host and port); the \
+                             URL's target changed: give the header's value again"
+                        ),
+                    ))
+                }
                 Some(kept) => *value = kept.clone(),
                 None => {
                     return Err(FieldError::new(
@@ -81,6 +95,12 @@ impl SecretHeaders {
         }
         Ok(())
     }
+}
+
+/// A URL's scheme, host and port, if it is one.
+fn origin(url: Option<&Value>) -> Option<(String, String, Option<u16>)> {
+    let url = url::Url::parse(url?.as_str()?).ok()?;
+    Some((url.scheme().to_owned(), url.host_str()?.to_owned(), url.port_or_known_default()))
 }
 
 #[cfg(test)]
@@ -100,6 +120,19 @@ mod tests {
         let mut sent_back = json!({"action": {"http": {"headers": {"Authorization": REDACTED, "X-Tenant-Key": REDACTED, "X-Env": "prod"}}}});
         secret.restore(&mut sent_back, Some(&stored)).unwrap();
         assert_eq!(sent_back, stored);
+        let stored_at = |url: &str| {
+            let mut s = stored.clone();
+            s["action"]["http"]["url"] = json!(url);
+            s
+        };
+        let mut same_host = json!({"action": {"http": {"url": "https://hooks.example.com:443/other",
+                                                     "headers": {"Authorization": REDACTED}}}});
+        secret.restore(&mut same_host, Some(&stored_at("https://hooks.example.com/hook"))).unwrap();
+        assert_eq!(same_host["action"]["http"]["headers"]["Authorization"], "Bearer s3cr3t");
+        let mut elsewhere = json!({"action": {"http": {"url": "https://attacker.example.net/",
+                                                     "headers": {"Authorization": REDACTED}}}});
+        let refused = secret.restore(&mut elsewhere, Some(&stored_at("https://hooks.example.com/hook"))).unwrap_err();
+        assert_eq!(refused.field, "action.http.headers.Authorization");
         let mut new = json!({"action": {"http": {"headers": {"Cookie": REDACTED}}}});
         assert_eq!(secret.restore(&mut new, None).unwrap_err().field, "action.http.headers.Cookie");
         assert!(!SecretHeaders::default().is_secret("x-tenant-key"));

@@ -101,7 +101,7 @@ pub async fn insert(pool: &PgPool, t: &NewTimer, max_timers: i64) -> Result<Time
         .bind(&t.namespace)
         .fetch_one(&mut *tx)
         .await?;
-    if live >= max_timers {
+    if max_timers > 0 && live >= max_timers {
         return Err(ApiError::QuotaExceeded(format!(
             "namespace {:?} holds {live} timers, its quota (PUNCTUAL_NAMESPACE_MAX_TIMERS): delete some first",
             t.namespace

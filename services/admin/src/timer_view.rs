@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use punctual_shared::policy::{MisfirePolicy, OverlapPolicy};
 use punctual_shared::retry::RetryPolicy;
-use punctual_shared::schedule::DstGap;
 use punctual_shared::timer::{
     Action, ActionSpec, HttpAction, HttpActionSpec, KafkaAction, KafkaActionSpec, ScheduleSpec, TimerRow, TimerSpec,
 };
+use punctual_shared::timer_state::{PlanStatus, TimerState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -16,26 +16,6 @@ use uuid::Uuid;
 
 /// How many of its next fire times a timer's answer lists.
 const NEXT_FIRE_TIMES: usize = 5;
-
-/// Whether a timer fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TimerState {
-    Active,
-    Paused,
-    Deleted,
-}
-
-/// Where the planner is with a timer: `new` (not planned yet), `planned`, `done` (no
-/// further occurrence) or `invalid` (it cannot be planned: see `invalid_reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PlanStatus {
-    New,
-    Planned,
-    Done,
-    Invalid,
-}
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TimerView {
@@ -79,8 +59,7 @@ fn headers(stored: &Value) -> BTreeMap<String, String> {
 
 impl TimerView {
     /// The row as stored, whether or not it is valid: a timer inserted with SQL that the
-    /// planner refused is shown as it is, with its `invalid_reason`. The enums' texts are
-    /// the only ones the schema's CHECK constraints admit.
+    /// planner refused is shown as it is, with its `invalid_reason`.
     pub fn from_row(row: &TimerRow, now: DateTime<Utc>) -> Self {
         let mut schedule = ScheduleSpec { start_at: row.start_at, end_at: row.end_at, ..Default::default() };
         match row.schedule_kind.as_str() {
@@ -90,7 +69,7 @@ impl TimerView {
             _ => {
                 schedule.cron = row.cron_expr.clone();
                 schedule.timezone = Some(row.timezone.clone());
-                schedule.dst_gap = Some(DstGap::parse(&row.dst_gap).unwrap_or_default());
+                schedule.dst_gap = Some(row.dst_gap);
             }
         }
         let action = if row.action_kind == "kafka" {
@@ -109,18 +88,7 @@ impl TimerView {
                 timeout_ms: row.http_timeout_ms,
             })
         };
-        let state = match row.state.as_str() {
-            "paused" => TimerState::Paused,
-            "deleted" => TimerState::Deleted,
-            _ => TimerState::Active,
-        };
-        let plan_status = match row.plan_status.as_str() {
-            "planned" => PlanStatus::Planned,
-            "done" => PlanStatus::Done,
-            "invalid" => PlanStatus::Invalid,
-            _ => PlanStatus::New,
-        };
-        let next_fire_times = match (state, row.schedule()) {
+        let next_fire_times = match (row.state, row.schedule()) {
             (TimerState::Active, Ok(s)) => s.upcoming(row.created_at, now, NEXT_FIRE_TIMES),
             _ => Vec::new(),
         };
@@ -136,15 +104,15 @@ impl TimerView {
                 multiplier: row.retry_multiplier,
                 max_ms: row.retry_max_ms,
             },
-            misfire_policy: MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default(),
+            misfire_policy: row.misfire_policy,
             catchup_window_ms: row.catchup_window_ms,
-            overlap_policy: OverlapPolicy::parse(&row.overlap_policy).unwrap_or_default(),
-            state,
+            overlap_policy: row.overlap_policy,
+            state: row.state,
             version: row.version,
             revision: row.revision,
             created_at: row.created_at,
             updated_at: row.updated_at,
-            plan_status,
+            plan_status: row.plan_status,
             invalid_reason: row.invalid_reason.clone(),
             next_fire_times,
         }
@@ -186,34 +154,52 @@ impl TimerView {
     }
 }
 
-/// `PATCH /v1/timers/{id}`: the revision read, and the fields to change; a field not given
-/// keeps its value. `retry` is replaced as a whole (its fields not given take their
-/// defaults).
+/// `PATCH /v1/timers/{id}`: the revision read, and the fields to change; a field left out
+/// keeps its value. `retry` is replaced as a whole (its fields left out take their
+/// defaults); `null` sets `retry`, a policy or `catchup_window_ms` back to its default.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TimerPatch {
     /// The timer's `revision` as read: if it changed since, nothing is written (409).
     pub revision: i64,
-    /// Ignored (it follows the schedule and action), so that a timer as read can be sent back.
+    /// Ignored: it follows the schedule and action.
     #[serde(default)]
     pub version: Option<i64>,
     /// Cannot change: if given, it must be the timer's.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub namespace: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub schedule: Option<ScheduleSpec>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub action: Option<ActionSpec>,
-    #[serde(default)]
-    pub retry: Option<RetryPolicy>,
-    #[serde(default)]
-    pub misfire_policy: Option<MisfirePolicy>,
-    #[serde(default)]
-    pub catchup_window_ms: Option<i64>,
-    #[serde(default)]
-    pub overlap_policy: Option<OverlapPolicy>,
+    #[serde(default, deserialize_with = "null_is_default")]
+    #[schema(value_type = Option<RetryPolicy>)]
+    pub retry: Option<Option<RetryPolicy>>,
+    #[serde(default, deserialize_with = "null_is_default")]
+    #[schema(value_type = Option<MisfirePolicy>)]
+    pub misfire_policy: Option<Option<MisfirePolicy>>,
+    #[serde(default, deserialize_with = "null_is_default")]
+    #[schema(value_type = Option<i64>)]
+    pub catchup_window_ms: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "null_is_default")]
+    #[schema(value_type = Option<OverlapPolicy>)]
+    pub overlap_policy: Option<Option<OverlapPolicy>>,
+}
+
+/// A field that, when given, is not `null`.
+fn not_null<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(de: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(de)?
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom("must not be null: leave the field out to keep its value"))
+}
+
+/// A field given (`Some`), as a value or as `null` (`Some(None)`: its default).
+fn null_is_default<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    de: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(de).map(Some)
 }
 
 impl TimerPatch {
@@ -224,10 +210,10 @@ impl TimerPatch {
             name: self.name.unwrap_or(current.name),
             schedule: self.schedule.unwrap_or(current.schedule),
             action: self.action.unwrap_or(current.action),
-            retry: self.retry.or(current.retry),
-            misfire_policy: self.misfire_policy.or(current.misfire_policy),
-            catchup_window_ms: self.catchup_window_ms.or(current.catchup_window_ms),
-            overlap_policy: self.overlap_policy.or(current.overlap_policy),
+            retry: self.retry.unwrap_or(current.retry),
+            misfire_policy: self.misfire_policy.unwrap_or(current.misfire_policy),
+            catchup_window_ms: self.catchup_window_ms.unwrap_or(current.catchup_window_ms),
+            overlap_policy: self.overlap_policy.unwrap_or(current.overlap_policy),
         }
     }
 }

@@ -665,3 +665,35 @@ async fn timers_firing_more_often_than_the_minimum_interval_are_refused() {
     let (status, _, problem) = Api::read(r).await;
     assert_eq!((status, &problem["field"]), (422, &json!("schedule.every_ms")), "{problem}");
 }
+
+/// `null` in a PATCH resets a policy to its default, is refused for what has none, and a
+/// stored secret header goes back only to the target it was given for.
+#[tokio::test]
+async fn patch_nulls_and_secret_headers_across_a_change_of_target() {
+    let api = spawn_api().await;
+    let mut body = example();
+    body["retry"] = json!({"max_attempts": 7});
+    body["overlap_policy"] = json!("skip");
+    body["action"]["http"]["headers"] = json!({"Authorization": "Bearer s3cr3t"});
+    let (_, _, timer) = api.post("/v1/timers", &body).await;
+    let path = format!("/v1/timers/{}", timer["id"].as_str().unwrap());
+    let (status, _, reset) =
+        api.send("PATCH", &path, Some(&json!({"revision": 1, "retry": null, "overlap_policy": null}))).await;
+    assert_eq!(status, 200, "{reset}");
+    assert_eq!((reset["retry"]["max_attempts"].as_i64(), reset["overlap_policy"].as_str()), (Some(3), Some("allow")));
+    for field in ["name", "schedule", "action", "namespace"] {
+        let (status, _, problem) = api.send("PATCH", &path, Some(&json!({"revision": 2, field: null}))).await;
+        assert_eq!((status, &problem["field"]), (400, &json!(field)), "{problem}");
+    }
+    // The read action sent back to the same host keeps the secret; to another, it is refused.
+    let mut action = reset["action"].clone();
+    assert_eq!(action["http"]["headers"]["Authorization"], "<redacted>");
+    action["http"]["url"] = json!("https://hooks.example.com/elsewhere");
+    let (status, _, moved) = api.send("PATCH", &path, Some(&json!({"revision": 2, "action": action}))).await;
+    assert_eq!(status, 200, "{moved}");
+    action["http"]["url"] = json!("https://collector.example.net/");
+    let (status, _, problem) = api.send("PATCH", &path, Some(&json!({"revision": 3, "action": action}))).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.Authorization")), "{problem}");
+    let stored: Value = sqlx::query_scalar("SELECT http_headers FROM timers").fetch_one(&api.db.pool).await.unwrap();
+    assert_eq!(stored, json!({"Authorization": "Bearer s3cr3t"}));
+}

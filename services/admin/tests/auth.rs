@@ -41,8 +41,14 @@ async fn a_request_without_a_valid_key_is_refused() {
     assert_eq!(api.delete(&format!("/v1/keys/{}", created["id"].as_str().unwrap())).await, 204, "idempotent");
     assert_eq!(api.delete(&format!("/v1/keys/{}", uuid::Uuid::new_v4())).await, 404);
 
-    // What needs no key: health, readiness and metrics.
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    // The scheme's name in any case.
+    let lower = common::client(None)
+        .get(format!("{}/v1/timers", api.base))
+        .header("authorization", format!("bearer {}", api.admin_key));
+    assert_eq!(lower.send().await.unwrap().status(), 200);
+
+    // What needs no key: health, readiness, metrics and the API's description.
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
         assert_eq!(common::client(None).get(format!("{}{path}", api.base)).send().await.unwrap().status(), 200);
     }
 }
@@ -223,4 +229,17 @@ async fn a_namespace_holds_at_most_its_quota_of_timers() {
     api.timer_in("ops", "elsewhere").await;
     assert_eq!(api.delete(&format!("/v1/timers/{first}")).await, 204);
     assert_eq!(api.post("/v1/timers", &third).await.0, 201, "a deleted timer does not count");
+}
+
+/// A malformed bootstrap key stops the admin with a message that does not show it.
+#[tokio::test]
+async fn a_malformed_bootstrap_key_is_refused_without_being_shown() {
+    let db = punctual_testkit::TestDb::create().await;
+    let mut config: punctual_admin::AdminConfig =
+        clap::Parser::parse_from(["punctual-admin", "--database-url", &db.url, "--addr", "127.0.0.1:0"]);
+    config.auth.bootstrap_api_key = Some("pct_almost-a-key-s3cr3t".into());
+    let error = punctual_admin::App::build(config).await.err().expect("refused");
+    let message = format!("{error:#}");
+    assert!(message.contains("PUNCTUAL_BOOTSTRAP_API_KEY is not an API key"), "{message}");
+    assert!(!message.contains("s3cr3t"), "{message}");
 }

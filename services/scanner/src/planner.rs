@@ -23,6 +23,7 @@ use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::schedule::{Schedule, ScheduleKind};
 use punctual_shared::task::{self, ClaimedTask, Misfired, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
+use punctual_shared::timer_state::TimerState;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -51,7 +52,7 @@ pub struct PassReport {
 
 impl PassReport {
     fn count(&mut self, row: &TimerRow, update: &PlanUpdate) {
-        match MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default() {
+        match row.misfire_policy {
             MisfirePolicy::Skip => self.misfired.skip += update.misfired,
             MisfirePolicy::FireOnce => self.misfired.fire_once += update.misfired,
             MisfirePolicy::FireAll => self.misfired.fire_all += update.misfired,
@@ -212,7 +213,7 @@ impl Planner {
         match first {
             // Only an active timer is planned (a paused one keeps its first occurrence,
             // planned when it is resumed).
-            Some(at) if row.state == "active" && at < now + self.horizon() => {
+            Some(at) if row.state == TimerState::Active && at < now + self.horizon() => {
                 self.plan_timer(row, &schedule, catchup, at, now, tasks)
             }
             Some(at) => PlanUpdate {
@@ -262,7 +263,7 @@ impl Planner {
     ) -> PlanUpdate {
         let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let plan_until = now + self.horizon() * 2;
-        let policy = MisfirePolicy::parse(&row.misfire_policy).unwrap_or_default();
+        let policy = row.misfire_policy;
         let catchup_from = now.checked_sub_signed(catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let planned_before = tasks.len();
         let mut misfired = 0;

@@ -37,7 +37,7 @@ pub async fn spawn_api_with(configure: impl FnOnce(&mut AdminConfig)) -> Api {
         min_fire_interval_ms: 1_000,
         namespace_max_timers: 100_000,
         auth: punctual_admin::auth::AuthConfig {
-            bootstrap_api_key: Some(admin_key.clone()),
+            bootstrap_api_key: Some(admin_key.expose().to_owned()),
             // Tests make requests in bursts; the limit has a test of its own.
             api_rate_limit: 0,
             ..Default::default()
