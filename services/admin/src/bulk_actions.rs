@@ -89,6 +89,7 @@ async fn bulk_change_timers(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<BulkResult>, ApiError> {
+    caller.require(Role::Write)?;
     let Some((from, to)) = transition(&action) else {
         return Err(ApiError::NotFound(format!("no bulk action {action:?}: use pause, resume or delete")));
     };

@@ -134,6 +134,7 @@ async fn backfill_timer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Backfilled>), ApiError> {
+    caller.require(Role::Write)?;
     let id = parse_id(&id)?;
     let request: BackfillRequest = parse_json(&headers, &body)?;
     let now = Utc::now();

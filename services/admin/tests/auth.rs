@@ -243,3 +243,36 @@ async fn a_malformed_bootstrap_key_is_refused_without_being_shown() {
     assert!(message.contains("PUNCTUAL_BOOTSTRAP_API_KEY is not an API key"), "{message}");
     assert!(!message.contains("s3cr3t"), "{message}");
 }
+
+/// Every operation the API describes answers 401 without a key, and 403 to a read key
+/// for every one that changes something: taken from /openapi.json, so that a new route
+/// cannot be left out.
+#[tokio::test]
+async fn every_operation_needs_a_key_and_every_change_a_write_key() {
+    let api = spawn_api().await;
+    let reader = api.with_key(Some(&key(&api, "read", &["billing"]).await));
+    let anonymous = api.with_key(None);
+    let (_, _, document) = anonymous.get("/openapi.json").await;
+    let mut checked = 0;
+    for (path, item) in document["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{namespace}", "billing")
+            .replace("{action}", "pause");
+        for (method, operation) in item.as_object().unwrap() {
+            let method = method.to_uppercase();
+            let body = operation.get("requestBody").map(|_| json!({}));
+            let answer = anonymous.send(&method, &concrete, body.as_ref()).await;
+            assert_eq!(answer.0, 401, "{method} {path} without a key: {}", answer.2);
+            let changes = method != "GET" && path != "/v1/schedules/preview";
+            let answer = reader.send(&method, &concrete, body.as_ref()).await;
+            if changes {
+                assert_eq!(answer.0, 403, "{method} {path} with a read key: {}", answer.2);
+            } else {
+                assert_ne!(answer.0, 401, "{method} {path} with a read key: {}", answer.2);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 23, "{checked} operations");
+}
