@@ -19,6 +19,7 @@ use crate::error::ApiError;
 use crate::openapi::Errors;
 use crate::request::parse_json;
 use crate::state::AppState;
+use crate::timer_store;
 use punctual_shared::api_key::Role;
 
 /// Most timers one call changes.
@@ -54,11 +55,6 @@ struct BulkResult {
     /// Whether more timers match: call again for them.
     more: bool,
 }
-
-/// The timers a filter names ($1 namespace, $2 name pattern, $3 ids) in the states an
-/// action changes ($4).
-const MATCHING: &str = "namespace = $1 AND state = ANY($4)
-    AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))";
 
 /// What an action does: the states it changes from, and the one it sets.
 fn transition(action: &str) -> Option<(&'static [&'static str], &'static str)> {
@@ -102,28 +98,12 @@ async fn bulk_change_timers(
     // LIKE's own characters in the prefix match themselves.
     let pattern =
         filter.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
-    let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
-        "UPDATE timers SET state = $5
-          WHERE id IN (SELECT id FROM timers WHERE {MATCHING} ORDER BY id LIMIT $6 FOR UPDATE)
-            AND state = ANY($4)
-         RETURNING id"
-    ))
-    .bind(&filter.namespace)
-    .bind(&pattern)
-    .bind(&filter.ids)
-    .bind(from)
-    .bind(to)
-    .bind(MAX_PER_CALL)
-    .fetch_all(&state.pool)
-    .await?;
-    let more = changed.len() as i64 == MAX_PER_CALL
-        && sqlx::query_scalar::<_, bool>(&format!("SELECT EXISTS (SELECT 1 FROM timers WHERE {MATCHING})"))
-            .bind(&filter.namespace)
-            .bind(&pattern)
-            .bind(&filter.ids)
-            .bind(from)
-            .fetch_one(&state.pool)
-            .await?;
+    let selection = timer_store::Selection {
+        namespace: &filter.namespace,
+        name_pattern: pattern.as_deref(),
+        ids: filter.ids.as_deref(),
+    };
+    let (changed, more) = timer_store::set_states(&state.pool, &selection, from, to, MAX_PER_CALL).await?;
     tracing::info!(%action, namespace = %filter.namespace, changed = changed.len(), "bulk change");
     Ok(Json(BulkResult { changed, more }))
 }

@@ -1,6 +1,7 @@
-//! Every read and write of `timers` the API makes, each lookup by id scoped to the
-//! caller's namespaces here, in one place: a timer of a namespace the caller does not see
-//! is not found, whatever the handler.
+//! Every write of `timers` the API makes and every read of timers as such (the counts of
+//! the stats join them by namespace), each lookup by id scoped to the caller's namespaces
+//! here, in one place: a timer of a namespace the caller does not see is not found,
+//! whatever the handler.
 
 use chrono::Utc;
 use punctual_shared::schedule::to_millis;
@@ -200,4 +201,51 @@ pub async fn set_state(pool: &PgPool, caller: &Caller, id: Uuid, new_state: &str
     .fetch_optional(pool)
     .await?
     .ok_or_else(|| not_found(id))
+}
+
+/// The timers a bulk change names: one namespace's (which the caller has checked it may
+/// change), narrowed by a LIKE pattern of names or a list of ids.
+pub struct Selection<'a> {
+    pub namespace: &'a str,
+    pub name_pattern: Option<&'a str>,
+    pub ids: Option<&'a [Uuid]>,
+}
+
+/// The timers of a selection ($1 namespace, $2 name pattern, $3 ids) in the states a bulk
+/// change changes ($4).
+const SELECTED: &str = "namespace = $1 AND state = ANY($4)
+    AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))";
+
+/// Sets the state of at most `limit` of the selected timers that are in one of the states
+/// `from` to `to`, in one statement; returns their ids and whether more are left.
+pub async fn set_states(
+    pool: &PgPool,
+    selection: &Selection<'_>,
+    from: &[&str],
+    to: &str,
+    limit: i64,
+) -> Result<(Vec<Uuid>, bool), ApiError> {
+    let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "UPDATE timers SET state = $5
+          WHERE id IN (SELECT id FROM timers WHERE {SELECTED} ORDER BY id LIMIT $6 FOR UPDATE)
+            AND state = ANY($4)
+         RETURNING id"
+    ))
+    .bind(selection.namespace)
+    .bind(selection.name_pattern)
+    .bind(selection.ids)
+    .bind(from)
+    .bind(to)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    let more = changed.len() as i64 == limit
+        && sqlx::query_scalar::<_, bool>(&format!("SELECT EXISTS (SELECT 1 FROM timers WHERE {SELECTED})"))
+            .bind(selection.namespace)
+            .bind(selection.name_pattern)
+            .bind(selection.ids)
+            .bind(from)
+            .fetch_one(pool)
+            .await?;
+    Ok((changed, more))
 }
