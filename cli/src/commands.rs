@@ -161,14 +161,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let pool = sqlx::PgPool::connect(&url).await?;
             punctual_shared::db::migrate(&pool).await?;
             let key = ApiKey::generate();
-            let id: uuid::Uuid = sqlx::query_scalar(
-                "INSERT INTO api_keys (name, digest, prefix, role) VALUES ($1, $2, $3, 'admin') RETURNING id",
-            )
-            .bind(&name)
-            .bind(key.digest())
-            .bind(key.shown_prefix())
-            .fetch_one(&pool)
-            .await?;
+            let (id, _) = punctual_shared::api_key::store(&pool, &name, &key, Role::Admin, &[])
+                .await?
+                .ok_or(CliError::Database(sqlx::Error::RowNotFound))?;
             let created = BootstrapKey { id, name, key: key.expose().to_owned(), role: Role::Admin };
             let answer = serde_json::to_value(&created).unwrap_or_default();
             out.show(&answer, || println!("API key: {}\n(id {id}, admin; it is shown only now)", key.expose()));

@@ -104,6 +104,29 @@ impl FromStr for Role {
     }
 }
 
+/// Stores a key (its digest and shown prefix) with its role and namespaces (none for an
+/// admin key); `None` if a key with the same digest is stored already.
+pub async fn store(
+    db: &sqlx::PgPool,
+    name: &str,
+    key: &ApiKey,
+    role: Role,
+    namespaces: &[String],
+) -> Result<Option<(uuid::Uuid, chrono::DateTime<chrono::Utc>)>, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO api_keys (name, digest, prefix, role, namespaces) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (digest) DO NOTHING
+         RETURNING id, created_at",
+    )
+    .bind(name)
+    .bind(key.digest())
+    .bind(key.shown_prefix())
+    .bind(role.as_str())
+    .bind(namespaces)
+    .fetch_optional(db)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

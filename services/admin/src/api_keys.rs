@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::api_key::{self, ApiKey, Role};
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -111,17 +111,10 @@ async fn create_key(
     request.namespaces.sort();
     request.namespaces.dedup();
     let key = ApiKey::generate();
-    let (id, created_at): (Uuid, DateTime<Utc>) = sqlx::query_as(
-        "INSERT INTO api_keys (name, digest, prefix, role, namespaces) VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, created_at",
-    )
-    .bind(&request.name)
-    .bind(key.digest())
-    .bind(key.shown_prefix())
-    .bind(request.role.as_str())
-    .bind(&request.namespaces)
-    .fetch_one(&state.pool)
-    .await?;
+    // A new random key's digest is new: a conflict would be a broken generator.
+    let (id, created_at) = api_key::store(&state.pool, &request.name, &key, request.role, &request.namespaces)
+        .await?
+        .ok_or(ApiError::Database(sqlx::Error::RowNotFound))?;
     tracing::info!(key_id = %id, role = request.role.as_str(), by = ?caller.key_id, "API key created");
     Ok((
         StatusCode::CREATED,

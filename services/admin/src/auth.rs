@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::api_key::{self, ApiKey, Role};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -124,16 +124,7 @@ impl Authenticator {
         let bootstrap = config.bootstrap_api_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
         if let Some(key) = bootstrap {
             let key: ApiKey = key.parse().map_err(|_| AuthSetupError::MalformedBootstrapKey)?;
-            let created = sqlx::query(
-                "INSERT INTO api_keys (name, digest, prefix, role) VALUES ('bootstrap', $1, $2, 'admin')
-                 ON CONFLICT (digest) DO NOTHING",
-            )
-            .bind(key.digest())
-            .bind(key.shown_prefix())
-            .execute(&pool)
-            .await?
-            .rows_affected();
-            if created > 0 {
+            if api_key::store(&pool, "bootstrap", &key, Role::Admin, &[]).await?.is_some() {
                 tracing::info!(prefix = %key.shown_prefix(), "bootstrap API key created");
             }
         }
