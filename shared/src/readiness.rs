@@ -66,6 +66,30 @@ impl Readiness {
         })
     }
 
+    /// Adds the check that the broker answers with `topic`'s metadata, fetched (blocking, so
+    /// on a blocking thread) by `fetch_metadata` with the topic and [`CHECK_TIMEOUT`].
+    pub fn kafka<F>(self, topic: &str, fetch_metadata: F) -> Self
+    where
+        F: Fn(&str, Duration) -> rdkafka::error::KafkaResult<rdkafka::metadata::Metadata>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        let topic = topic.to_owned();
+        self.check("kafka", move || {
+            let fetch_metadata = fetch_metadata.clone();
+            let topic = topic.clone();
+            async move {
+                tokio::task::spawn_blocking(move || fetch_metadata(&topic, CHECK_TIMEOUT))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        })
+    }
+
     /// Runs every check at once.
     pub async fn report(&self) -> ReadyReport {
         let checks = join_all(self.checks.iter().map(|(name, check)| async move {

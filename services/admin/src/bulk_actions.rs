@@ -8,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use punctual_shared::timer::{check_namespace, FieldError};
+use punctual_shared::timer_state::TimerState;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -57,11 +58,11 @@ struct BulkResult {
 }
 
 /// What an action does: the states it changes from, and the one it sets.
-fn transition(action: &str) -> Option<(&'static [&'static str], &'static str)> {
+fn transition(action: &str) -> Option<(&'static [TimerState], TimerState)> {
     match action {
-        "pause" => Some((&["active"], "paused")),
-        "resume" => Some((&["paused"], "active")),
-        "delete" => Some((&["active", "paused"], "deleted")),
+        "pause" => Some((&[TimerState::Active], TimerState::Paused)),
+        "resume" => Some((&[TimerState::Paused], TimerState::Active)),
+        "delete" => Some((&[TimerState::Active, TimerState::Paused], TimerState::Deleted)),
         _ => None,
     }
 }

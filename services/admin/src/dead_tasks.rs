@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::Errors;
-use crate::request::{page_limit, parse_json};
+use crate::request::{self, page_limit, parse_json};
 use crate::run_view::{RunView, RUN_COLUMNS};
 use crate::state::AppState;
 
@@ -59,7 +59,7 @@ async fn list_tasks(
     caller: Caller,
     query: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<TaskList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: Some("status".into()), detail: e.body_text() })?;
+    let q = request::query(query, Some("status"))?;
     let limit = page_limit(q.limit)?;
     if let Some(namespace) = &q.namespace {
         caller.require_in(namespace, Role::Read)?;

@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::Errors;
-use crate::request::page_limit;
+use crate::request::{self, page_limit};
 use crate::run_view::{RunView, RUN_COLUMNS};
 use crate::state::AppState;
 use punctual_shared::api_key::Role;
@@ -74,7 +74,7 @@ async fn list_namespace_runs(
 ) -> Result<Json<RunsPage>, ApiError> {
     check_namespace(&namespace)?;
     caller.require_in(&namespace, Role::Read)?;
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let q = request::query(query, None)?;
     let limit = page_limit(q.limit)?;
     if let Some(status) = q.status.as_deref().filter(|s| !STATUSES.contains(s)) {
         return Err(FieldError::new("status", format!("{status:?} is none of {}", STATUSES.join(", "))).into());

@@ -1,6 +1,8 @@
 //! Reading requests: JSON bodies (naming the field at fault), page sizes and ids.
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
 use axum::http::{header, HeaderMap};
 use serde_json::Value;
 use uuid::Uuid;
@@ -67,6 +69,11 @@ fn nul_in(value: &Value, path: &str) -> Option<String> {
         }),
         _ => None,
     }
+}
+
+/// A query string as `T`, or a 400 naming `field` when it does not parse.
+pub fn query<T>(query: Result<Query<T>, QueryRejection>, field: Option<&str>) -> Result<T, ApiError> {
+    query.map(|Query(q)| q).map_err(|e| ApiError::BadRequest { field: field.map(str::to_owned), detail: e.body_text() })
 }
 
 /// A page size: 100 unless given, at most 1000.

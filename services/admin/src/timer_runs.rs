@@ -10,7 +10,7 @@ use utoipa_axum::routes;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::{Errors, UnknownTimer};
-use crate::request::{page_limit, parse_id};
+use crate::request::{self, page_limit, parse_id};
 use crate::run_view::{RunView, RUN_COLUMNS};
 use crate::state::AppState;
 use crate::timer_store;
@@ -50,7 +50,7 @@ async fn list_timer_runs(
     query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunList>, ApiError> {
     let id = parse_id(&id)?;
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let q = request::query(query, None)?;
     let limit = page_limit(q.limit)?;
     timer_store::fetch(&state.pool, &caller, id).await?;
     let runs = sqlx::query_as::<_, RunView>(&format!(

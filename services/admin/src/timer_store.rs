@@ -6,6 +6,7 @@
 use chrono::Utc;
 use punctual_shared::schedule::to_millis;
 use punctual_shared::timer::{Action, NewTimer, ScheduleColumns, TimerRow, DEFAULT_TIMEOUT_MS};
+use punctual_shared::timer_state::TimerState;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -190,13 +191,13 @@ pub async fn list(
 
 /// Sets the state of a live timer the caller sees; the schema's trigger does the rest (a
 /// resumed timer goes back to the planner, which continues from now).
-pub async fn set_state(pool: &PgPool, caller: &Caller, id: Uuid, new_state: &str) -> Result<TimerRow, ApiError> {
+pub async fn set_state(pool: &PgPool, caller: &Caller, id: Uuid, new_state: TimerState) -> Result<TimerRow, ApiError> {
     sqlx::query_as::<_, TimerRow>(
         "UPDATE timers SET state = $2
           WHERE id = $1 AND state <> 'deleted' AND ($3::text[] IS NULL OR namespace = ANY($3)) RETURNING *",
     )
     .bind(id)
-    .bind(new_state)
+    .bind(new_state.as_str())
     .bind(caller.visible())
     .fetch_optional(pool)
     .await?
@@ -221,10 +222,11 @@ const SELECTED: &str = "namespace = $1 AND state = ANY($4)
 pub async fn set_states(
     pool: &PgPool,
     selection: &Selection<'_>,
-    from: &[&str],
-    to: &str,
+    from: &[TimerState],
+    to: TimerState,
     limit: i64,
 ) -> Result<(Vec<Uuid>, bool), ApiError> {
+    let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
     let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
         "UPDATE timers SET state = $5
           WHERE id IN (SELECT id FROM timers WHERE {SELECTED} ORDER BY id LIMIT $6 FOR UPDATE)
@@ -234,8 +236,8 @@ pub async fn set_states(
     .bind(selection.namespace)
     .bind(selection.name_pattern)
     .bind(selection.ids)
-    .bind(from)
-    .bind(to)
+    .bind(&from)
+    .bind(to.as_str())
     .bind(limit)
     .fetch_all(pool)
     .await?;

@@ -10,6 +10,7 @@ use punctual_shared::api_key::Role;
 use punctual_shared::schedule::ScheduleKind;
 use punctual_shared::target_guard::TargetGuard;
 use punctual_shared::timer::{Action, FieldError, NewTimer, TimerSpec};
+use punctual_shared::timer_state::TimerState;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;
@@ -20,7 +21,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::{Errors, UnknownTimer};
-use crate::request::{from_value, page_limit, parse_id, parse_json};
+use crate::request::{self, from_value, page_limit, parse_id, parse_json};
 use crate::state::AppState;
 use crate::timer_store;
 use crate::timer_view::{TimerPage, TimerPatch, TimerView};
@@ -200,7 +201,7 @@ async fn list_timers(
     caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<TimerPage>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest { field: None, detail: e.body_text() })?;
+    let q = request::query(query, None)?;
     let limit = page_limit(q.limit)?;
     if let Some(namespace) = &q.namespace {
         caller.require_in(namespace, Role::Read)?;
@@ -211,7 +212,7 @@ async fn list_timers(
     Ok(Json(TimerPage { timers: rows.iter().map(|r| state.view(r, now)).collect(), next_after }))
 }
 
-async fn set_state(state: &AppState, caller: &Caller, id: &str, new_state: &str) -> Result<TimerView, ApiError> {
+async fn set_state(state: &AppState, caller: &Caller, id: &str, new_state: TimerState) -> Result<TimerView, ApiError> {
     caller.require(Role::Write)?;
     let row = timer_store::set_state(&state.pool, caller, parse_id(id)?, new_state).await?;
     Ok(state.view(&row, Utc::now()))
@@ -232,7 +233,7 @@ async fn pause_timer(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<TimerView>, ApiError> {
-    Ok(Json(set_state(&state, &caller, &id, "paused").await?))
+    Ok(Json(set_state(&state, &caller, &id, TimerState::Paused).await?))
 }
 
 /// Resumes a timer from now on, without the occurrences missed meanwhile.
@@ -250,7 +251,7 @@ async fn resume_timer(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<TimerView>, ApiError> {
-    Ok(Json(set_state(&state, &caller, &id, "active").await?))
+    Ok(Json(set_state(&state, &caller, &id, TimerState::Active).await?))
 }
 
 /// Deletes a timer: the row (and its history) stays with `state = 'deleted'`; occurrences
@@ -269,6 +270,6 @@ async fn delete_timer(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    set_state(&state, &caller, &id, "deleted").await?;
+    set_state(&state, &caller, &id, TimerState::Deleted).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -71,7 +71,8 @@ pub struct App {
     commits: Arc<CommitClock>,
     /// Each namespace's secrets, which sign its callbacks.
     signing: Arc<SigningKeys>,
-    metrics: Metrics,
+    /// Shared by every run: one reference count per fire, not one per metric.
+    metrics: Arc<Metrics>,
     listener: Option<TcpListener>,
     addr: SocketAddr,
 }
@@ -204,7 +205,7 @@ impl App {
             in_flight,
             commits,
             signing,
-            metrics,
+            metrics: Arc::new(metrics),
             listener: Some(listener),
             addr,
         })
@@ -223,20 +224,9 @@ impl App {
     /// tasks topic's metadata.
     fn readiness(&self) -> Readiness {
         let consumer = self.consumer.clone();
-        let topic = self.config.kafka.tasks_topic.clone();
-        Readiness::default().postgres(&self.pool).check("kafka", move || {
-            let consumer = consumer.clone();
-            let topic = topic.clone();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    consumer.fetch_metadata(Some(&topic), punctual_shared::readiness::CHECK_TIMEOUT)
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map(drop)
-                .map_err(|e| e.to_string())
-            }
-        })
+        Readiness::default()
+            .postgres(&self.pool)
+            .kafka(&self.config.kafka.tasks_topic, move |topic, timeout| consumer.fetch_metadata(Some(topic), timeout))
     }
 
     pub async fn run_until_stopped(mut self, token: CancellationToken) -> anyhow::Result<()> {
@@ -449,7 +439,7 @@ async fn consume(
             let finished_tx = finished_tx.clone();
             let producer = app.producer.clone();
             let abandon = abandon.clone();
-            let metrics_if_abandoned = app.metrics.clone();
+            let in_flight_gauge = app.metrics.in_flight.clone();
             let run = async move {
                 let mut started_task = started_task;
                 // Published ahead of its due time (the scanner's lead): run it then, not before.
@@ -496,7 +486,7 @@ async fn consume(
                 async move {
                     tokio::select! {
                         _ = run => {}
-                        _ = abandon.cancelled() => metrics_if_abandoned.in_flight.dec(),
+                        _ = abandon.cancelled() => in_flight_gauge.dec(),
                     }
                 }
                 .instrument(span),
@@ -563,7 +553,7 @@ struct WriteBack {
     topic: String,
     offsets: Arc<Mutex<OffsetTracker>>,
     in_flight: Arc<InFlight>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
 }
 
 /// Writes outcomes in batches (dead letters first), then stores the offsets of their

@@ -175,22 +175,11 @@ impl App {
 /// topic's metadata, and this scanner's membership lease is live.
 fn readiness(pool: &PgPool, producer: &ReplaceableProducer, topic: &str, ownership: Arc<Ownership>) -> Readiness {
     let producer = producer.clone();
-    let topic = topic.to_owned();
     Readiness::default()
         .postgres(pool)
-        .check("kafka", move || {
+        .kafka(topic, move |topic, timeout| {
             let (_, producer) = producer.get();
-            let topic = topic.clone();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    rdkafka::producer::Producer::client(&producer)
-                        .fetch_metadata(Some(&topic), punctual_shared::readiness::CHECK_TIMEOUT)
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map(drop)
-                .map_err(|e| e.to_string())
-            }
+            rdkafka::producer::Producer::client(&producer).fetch_metadata(Some(topic), timeout)
         })
         .check("bucket lease", move || {
             let live = ownership.is_member();
