@@ -34,10 +34,10 @@ psql "$PUNCTUAL_TEST_DATABASE_URL/postgres" -qc "CREATE DATABASE $db"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 key="pct_$(python3 -c 'import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode())')"
-# Requests come as fast as schemathesis sends them: no rate limit here (it has a test of
-# its own). Loopback callbacks stay refused, as by default.
+# Requests come as fast as schemathesis sends them, some with broken keys: no rate limits
+# here (they have tests of their own). Loopback callbacks stay refused, as by default.
 PUNCTUAL_DATABASE_URL="$PUNCTUAL_TEST_DATABASE_URL/$db" PUNCTUAL_ADMIN_ADDR="127.0.0.1:$port" \
-  PUNCTUAL_BOOTSTRAP_API_KEY="$key" PUNCTUAL_API_RATE_LIMIT=0 RUST_LOG=warn \
+  PUNCTUAL_BOOTSTRAP_API_KEY="$key" PUNCTUAL_API_RATE_LIMIT=0 PUNCTUAL_API_FAILED_AUTH_LIMIT=0 RUST_LOG=warn \
   "$root/target/debug/punctual-admin" >"$work/admin.log" 2>&1 &
 admin_pid=$!
 for _ in $(seq 1 150); do

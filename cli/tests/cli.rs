@@ -30,6 +30,7 @@ async fn admin() -> Admin {
         auth: punctual_admin::auth::AuthConfig {
             bootstrap_api_key: Some(key.expose().to_owned()),
             api_rate_limit: 0,
+            failed_auth_limit: 0,
             ..Default::default()
         },
     };

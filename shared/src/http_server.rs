@@ -4,11 +4,14 @@
 //! whole request, body and answer included (408 after that); heads are at most
 //! [`MAX_HEAD_BYTES`] with at most [`MAX_HEADERS`] headers (431 beyond). A stop lets the
 //! requests in flight finish, for [`SHUTDOWN_TIMEOUT`] at most. Every error answer is a
-//! problem ([`crate::problem`]).
+//! problem ([`crate::problem`]). Each request carries its client's address
+//! (`axum::extract::ConnectInfo<SocketAddr>`).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -35,10 +38,10 @@ pub async fn serve(listener: TcpListener, router: Router, token: CancellationTok
         .max_headers(MAX_HEADERS);
     let graceful = GracefulShutdown::new();
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = token.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 // Out of file descriptors, say: the others' requests go on; try again soon.
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -47,7 +50,12 @@ pub async fn serve(listener: TcpListener, router: Router, token: CancellationTok
                 }
             },
         };
-        let service = TowerToHyperService::new(router.clone());
+        let with_peer =
+            tower::ServiceExt::map_request(router.clone(), move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                request
+            });
+        let service = TowerToHyperService::new(with_peer);
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // A client that goes away or breaks the protocol ends only its own connection.

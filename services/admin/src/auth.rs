@@ -1,11 +1,14 @@
 //! Who is calling: every API request carries `Authorization: Bearer <key>`, which is looked
 //! up by its digest (one indexed read) and becomes the request's [`Caller`]: a role and the
-//! namespaces it sees. Then the key's request rate is checked.
+//! namespaces it sees. Then the key's request rate is checked. A client address that sends
+//! too many requests without a valid key is refused before the lookup ([`FailedAuthLimiter`]).
 
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
@@ -17,6 +20,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::ApiError;
+use crate::failed_auth::FailedAuthLimiter;
 
 /// Authentication settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,11 +38,16 @@ pub struct AuthConfig {
     /// as many); 0 for no limit.
     #[arg(long, env = "PUNCTUAL_API_RATE_LIMIT", default_value_t = 50)]
     pub api_rate_limit: u32,
+    /// Requests without a valid API key one client address may make to this admin instance
+    /// a second (bursts of up to twice as many) before its requests are refused (429) for
+    /// a while; 0 for no limit.
+    #[arg(long, env = "PUNCTUAL_API_FAILED_AUTH_LIMIT", default_value_t = 10)]
+    pub failed_auth_limit: u32,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { bootstrap_api_key: None, auth_disabled: false, api_rate_limit: 50 }
+        Self { bootstrap_api_key: None, auth_disabled: false, api_rate_limit: 50, failed_auth_limit: 10 }
     }
 }
 
@@ -116,6 +125,7 @@ pub struct Authenticator {
     pool: PgPool,
     disabled: bool,
     limiter: Option<Arc<DefaultKeyedRateLimiter<Uuid>>>,
+    failed: Option<Arc<FailedAuthLimiter>>,
 }
 
 impl Authenticator {
@@ -138,7 +148,8 @@ impl Authenticator {
             let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not zero"));
             Arc::new(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)))
         });
-        Ok(Self { pool, disabled: config.auth_disabled, limiter })
+        let failed = NonZeroU32::new(config.failed_auth_limit).map(|rate| Arc::new(FailedAuthLimiter::new(rate)));
+        Ok(Self { pool, disabled: config.auth_disabled, limiter, failed })
     }
 
     async fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -178,18 +189,43 @@ impl Authenticator {
         let (Some(limiter), Some(key_id)) = (&self.limiter, caller.key_id) else {
             return Ok(());
         };
-        limiter.check_key(&key_id).map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::RateLimited { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
-        })
+        limiter
+            .check_key(&key_id)
+            .map_err(|not_until| rate_limited(not_until.wait_time_from(DefaultClock::default().now())))
+    }
+
+    fn refused(&self, peer: Option<IpAddr>) -> Option<Duration> {
+        self.failed.as_ref()?.refused(peer?)
+    }
+
+    fn count_failure(&self, peer: Option<IpAddr>) {
+        if let (Some(failed), Some(peer)) = (&self.failed, peer) {
+            if failed.failed(peer).is_some() {
+                tracing::warn!(%peer, "too many requests without a valid API key: this address is refused for a while");
+            }
+        }
     }
 }
 
-/// The layer in front of every API route: 401 without a valid key, 429 past its rate.
+fn rate_limited(wait: Duration) -> ApiError {
+    ApiError::RateLimited { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
+}
+
+/// The layer in front of every API route: 401 without a valid key, 429 past its rate or
+/// past the client address's budget of requests without a valid key.
 pub async fn authenticate(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+    if let Some(wait) = auth.refused(peer) {
+        return rate_limited(wait).into_response();
+    }
     let caller = match auth.caller(request.headers()).await {
         Ok(caller) => caller,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            if matches!(e, ApiError::Unauthenticated(_)) {
+                auth.count_failure(peer);
+            }
+            return e.into_response();
+        }
     };
     if let Err(e) = auth.check_rate(&caller) {
         return e.into_response();

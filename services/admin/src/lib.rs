@@ -6,6 +6,7 @@ pub mod bulk_actions;
 pub mod config;
 pub mod dead_tasks;
 pub mod error;
+pub mod failed_auth;
 pub mod http_metrics;
 pub mod metrics;
 pub mod namespace_runs;

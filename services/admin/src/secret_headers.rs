@@ -1,8 +1,8 @@
-//! Callback headers that carry secrets (`Authorization`, cookies, API keys, and the names
-//! an operator adds with `PUNCTUAL_SECRET_HEADERS`) are stored as given and sent by the
-//! executor, but no API answer shows their values: they read [`REDACTED`]. A timer sent
-//! back with a header still reading [`REDACTED`] (a PATCH of what was read) keeps the
-//! stored value.
+//! Action headers that carry secrets (`Authorization`, cookies, API keys, and the names
+//! an operator adds with `PUNCTUAL_SECRET_HEADERS`), of a callback or of a Kafka message,
+//! are stored as given and sent by the executor, but no API answer shows their values: they
+//! read [`REDACTED`]. A timer sent back with a header still reading [`REDACTED`] (a PATCH of
+//! what was read) keeps the stored value.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -46,13 +46,16 @@ impl SecretHeaders {
         self.0.contains(&name.to_ascii_lowercase())
     }
 
-    /// Redacts the secret headers of a timer's answer (`action.http.headers`).
+    /// Redacts the secret headers of a timer's answer (`action.http.headers` or
+    /// `action.kafka.headers`).
     pub fn redact(&self, view: &mut TimerView) {
-        if let Action::Http(http) = &mut view.action {
-            for (name, value) in http.headers.iter_mut() {
-                if self.is_secret(name) {
-                    *value = REDACTED.to_owned();
-                }
+        let headers = match &mut view.action {
+            Action::Http(http) => &mut http.headers,
+            Action::Kafka(kafka) => &mut kafka.headers,
+        };
+        for (name, value) in headers.iter_mut() {
+            if self.is_secret(name) {
+                *value = REDACTED.to_owned();
             }
         }
     }
@@ -60,47 +63,88 @@ impl SecretHeaders {
     /// Puts the stored values back where a timer given to be stored still reads
     /// [`REDACTED`] (`stored`: the timer's view as stored, unredacted; none for a new timer).
     /// A [`REDACTED`] header without a stored value is refused: it would be sent as is.
-    /// A stored value goes back only to the target it was given for (the same scheme, host
-    /// and port): a key that may change a timer but not read its secrets cannot send them
-    /// elsewhere by changing the URL.
+    /// A stored value goes back only to the target it was given for (a callback's scheme,
+    /// host and port; a message's topic): a key that may change a timer but not read its
+    /// secrets cannot send them elsewhere by changing the URL or the topic.
     pub fn restore(&self, spec: &mut Value, stored: Option<&Value>) -> Result<(), FieldError> {
-        let same_target =
-            origin(spec.pointer("/action/http/url")) == origin(stored.and_then(|s| s.pointer("/action/http/url")));
-        let Some(Value::Object(headers)) = spec.pointer_mut("/action/http/headers") else {
-            return Ok(());
-        };
-        let stored = stored.and_then(|s| s.pointer("/action/http/headers")).and_then(Value::as_object);
-        for (name, value) in headers.iter_mut() {
-            if value.as_str() != Some(REDACTED) {
-                continue;
-            }
-            match stored.and_then(|s| s.get(name)) {
-                Some(_) if !same_target => {
-                    return Err(FieldError::new(
-                        format!("action.http.headers.{name}"),
-                        format!(
-                            "{REDACTED} keeps the stored value only for the same target (scheme, host and port); the \
-                             URL's target changed: give the header's value again"
-                        ),
-                    ))
-                }
-                Some(kept) => *value = kept.clone(),
-                None => {
-                    return Err(FieldError::new(
-                        format!("action.http.headers.{name}"),
-                        format!("{REDACTED} stands for a stored value, and this timer has none for this header"),
-                    ))
-                }
-            }
+        for kind in [ActionKind::Http, ActionKind::Kafka] {
+            restore_kind(kind, spec, stored)?;
         }
         Ok(())
     }
 }
 
+#[derive(Debug, Clone, Copy)]
+enum ActionKind {
+    Http,
+    Kafka,
+}
+
+impl ActionKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Kafka => "kafka",
+        }
+    }
+
+    /// Where this kind of action sends its headers: what a stored secret is bound to.
+    fn target(self, timer: Option<&Value>) -> Option<String> {
+        let action = timer?.get("action")?.get(self.name())?;
+        match self {
+            Self::Http => origin(action.get("url")),
+            Self::Kafka => action.get("topic")?.as_str().map(str::to_owned),
+        }
+    }
+
+    fn what_changed(self) -> &'static str {
+        match self {
+            Self::Http => "the URL's target (scheme, host and port) changed",
+            Self::Kafka => "the topic changed",
+        }
+    }
+}
+
+fn restore_kind(kind: ActionKind, spec: &mut Value, stored: Option<&Value>) -> Result<(), FieldError> {
+    let same_target = kind.target(Some(spec)) == kind.target(stored);
+    let Some(Value::Object(headers)) =
+        spec.get_mut("action").and_then(|a| a.get_mut(kind.name())).and_then(|a| a.get_mut("headers"))
+    else {
+        return Ok(());
+    };
+    let stored = stored.and_then(|s| s.get("action")?.get(kind.name())?.get("headers")).and_then(Value::as_object);
+    for (name, value) in headers.iter_mut() {
+        if value.as_str() != Some(REDACTED) {
+            continue;
+        }
+        let field = format!("action.{}.headers.{name}", kind.name());
+        match stored.and_then(|s| s.get(name)) {
+            Some(_) if !same_target => {
+                return Err(FieldError::new(
+                    field,
+                    format!(
+                        "{REDACTED} keeps the stored value only for the same target; {}: give the header's value \
+                         again",
+                        kind.what_changed()
+                    ),
+                ))
+            }
+            Some(kept) => *value = kept.clone(),
+            None => {
+                return Err(FieldError::new(
+                    field,
+                    format!("{REDACTED} stands for a stored value, and this timer has none for this header"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A URL's scheme, host and port, if it is one.
-fn origin(url: Option<&Value>) -> Option<(String, String, Option<u16>)> {
+fn origin(url: Option<&Value>) -> Option<String> {
     let url = url::Url::parse(url?.as_str()?).ok()?;
-    Some((url.scheme().to_owned(), url.host_str()?.to_owned(), url.port_or_known_default()))
+    Some(format!("{}://{}:{}", url.scheme(), url.host_str()?, url.port_or_known_default()?))
 }
 
 #[cfg(test)]
@@ -136,5 +180,22 @@ mod tests {
         let mut new = json!({"action": {"http": {"headers": {"Cookie": REDACTED}}}});
         assert_eq!(secret.restore(&mut new, None).unwrap_err().field, "action.http.headers.Cookie");
         assert!(!SecretHeaders::default().is_secret("x-tenant-key"));
+    }
+
+    #[test]
+    fn a_messages_secret_headers_stay_with_its_topic() {
+        let secret = SecretHeaders::default();
+        let stored =
+            json!({"action": {"kafka": {"topic": "billing", "headers": {"X-Api-Key": "k1", "X-Env": "prod"}}}});
+        let mut same_topic = json!({"action": {"kafka": {"topic": "billing", "headers": {"X-Api-Key": REDACTED}}}});
+        secret.restore(&mut same_topic, Some(&stored)).unwrap();
+        assert_eq!(same_topic["action"]["kafka"]["headers"]["X-Api-Key"], "k1");
+        let mut other_topic = json!({"action": {"kafka": {"topic": "public", "headers": {"X-Api-Key": REDACTED}}}});
+        let refused = secret.restore(&mut other_topic, Some(&stored)).unwrap_err();
+        assert_eq!(refused.field, "action.kafka.headers.X-Api-Key");
+        // A callback's stored secret is not a message's.
+        let callback = json!({"action": {"http": {"url": "https://h.example/", "headers": {"X-Api-Key": "k2"}}}});
+        let mut now_a_message = json!({"action": {"kafka": {"topic": "billing", "headers": {"X-Api-Key": REDACTED}}}});
+        assert!(secret.restore(&mut now_a_message, Some(&callback)).is_err());
     }
 }

@@ -474,6 +474,28 @@ async fn secret_headers_are_stored_but_never_shown() {
     body["action"]["http"]["headers"] = json!({"Cookie": "<redacted>"});
     let (status, _, problem) = api.post("/v1/timers", &body).await;
     assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.Cookie")), "{problem}");
+
+    // A Kafka message's headers likewise.
+    let mut body = example();
+    body["name"] = json!("message");
+    body["action"] = json!({"kafka": {"topic": "billing", "headers": {"X-Api-Key": "kafka-s3cr3t", "X-Env": "prod"}}});
+    let (status, _, created) = api.post("/v1/timers", &body).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["action"]["kafka"]["headers"], json!({"X-Api-Key": "<redacted>", "X-Env": "prod"}));
+    let message_id = created["id"].as_str().unwrap().to_owned();
+    let (_, _, read) = api.get(&format!("/v1/timers/{message_id}")).await;
+    assert!(!read.to_string().contains("s3cr3t"), "{read}");
+    let mut action = read["action"].clone();
+    action["kafka"]["topic"] = json!("elsewhere");
+    let request = api.client.patch(format!("{}/v1/timers/{message_id}", api.base));
+    let request = request.json(&json!({"revision": read["revision"], "action": action}));
+    let (status, _, problem) = Api::read(request.send().await.unwrap()).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.kafka.headers.X-Api-Key")), "{problem}");
+    let kafka_headers = sqlx::query_scalar::<_, Value>("SELECT kafka_headers FROM timers WHERE name = 'message'")
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kafka_headers["X-Api-Key"], "kafka-s3cr3t");
 }
 
 #[tokio::test]

@@ -208,6 +208,29 @@ async fn a_keys_request_rate_is_limited() {
 }
 
 #[tokio::test]
+async fn an_address_sending_unknown_keys_is_refused_before_the_lookup() {
+    // One a second, in bursts of two: the third is refused for about a second.
+    let api = spawn_api_with(|c| c.auth.failed_auth_limit = 1).await;
+    let unknown = punctual_shared::api_key::ApiKey::generate();
+    let guesser = api.with_key(Some(unknown.expose()));
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(guesser.get("/v1/timers").await.0);
+        if statuses.last() == Some(&429) {
+            break;
+        }
+    }
+    assert_eq!(statuses.first(), Some(&401), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert_eq!(guesser.get("/v1/timers").await.0, 429, "refused while the budget refills");
+    // Refused before the key is looked up: whatever key the address sends, until its budget
+    // refills.
+    assert_eq!(api.get("/v1/timers").await.0, 429);
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    assert_eq!(api.get("/v1/timers").await.0, 200, "then a valid key passes again");
+}
+
+#[tokio::test]
 async fn without_auth_every_caller_is_an_admin() {
     let api = spawn_api_with(|c| c.auth.auth_disabled = true).await;
     let anyone = api.with_key(None);

@@ -38,8 +38,9 @@ pub async fn spawn_api_with(configure: impl FnOnce(&mut AdminConfig)) -> Api {
         namespace_max_timers: 100_000,
         auth: punctual_admin::auth::AuthConfig {
             bootstrap_api_key: Some(admin_key.expose().to_owned()),
-            // Tests make requests in bursts; the limit has a test of its own.
+            // Tests make requests in bursts, some without keys; the limits have tests of their own.
             api_rate_limit: 0,
+            failed_auth_limit: 0,
             ..Default::default()
         },
     };
