@@ -33,8 +33,8 @@ JAVA=${JAVA:-java}
 # Each node's heap; several brokers may run at once in the tests.
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
 # As Kafka's bin/kafka-run-class.sh, less JMX and GC logging.
-KAFKA_JVM_OPTS="-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
--XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true"
+KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:-"-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+-XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true"}
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 

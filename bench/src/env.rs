@@ -2,6 +2,7 @@
 //! in temporary folders, unless given), and the three services as separate processes
 //! built with the harness's own profile.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use punctual_testkit::servers::{Broker, PgServer};
@@ -21,19 +22,63 @@ pub struct Env {
     pub database_server: String,
     pub brokers: String,
     pg: Option<PgServer>,
-    broker: Option<Broker>,
+    broker: Option<Arc<Broker>>,
+    /// The broker outlives this scenario: its topics are deleted after it.
+    broker_shared: bool,
 }
 
 impl Env {
     /// Uses the servers given, or starts its own.
     pub fn start(database_server: Option<String>, brokers: Option<String>) -> Env {
+        let broker = brokers.is_none().then(|| Arc::new(Broker::start(false)));
+        let mut env = Env::with_broker(database_server, broker.clone(), brokers);
+        env.broker_shared = false;
+        env
+    }
+
+    /// A Postgres server (given, or started here) beside `broker`, which outlives the
+    /// scenario: a JVM compiles its hot code during its first minutes under load, and a
+    /// broker started for each scenario would spend them doing that.
+    pub fn sharing(database_server: Option<String>, broker: &Arc<Broker>) -> Env {
+        Env::with_broker(database_server, Some(broker.clone()), None)
+    }
+
+    fn with_broker(database_server: Option<String>, broker: Option<Arc<Broker>>, brokers: Option<String>) -> Env {
         let pg = database_server.is_none().then(|| PgServer::start_with_options(PG_OPTIONS));
-        let broker = brokers.is_none().then(|| Broker::start(false));
         Env {
             database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
-            brokers: brokers.unwrap_or_else(|| broker.as_ref().expect("started").brokers()),
+            brokers: brokers.unwrap_or_else(|| broker.as_ref().expect("started or given").brokers()),
             pg,
             broker,
+            broker_shared: true,
+        }
+    }
+
+    /// Deletes a finished scenario's topics from a broker that outlives it, so that the
+    /// next scenario's broker holds nothing of this one's.
+    pub async fn forget_topics(&self, stack: Stack) {
+        if !self.broker_shared {
+            return;
+        }
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        use rdkafka::client::DefaultClientContext;
+        let topics = [stack.topic.clone(), stack.dead_topic.clone()];
+        drop(stack);
+        let admin: Result<AdminClient<DefaultClientContext>, _> =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &self.brokers).create();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let deleted = match admin {
+            Ok(admin) => admin.delete_topics(&names, &AdminOptions::new()).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        // What is left costs the next scenario little: said, not fatal.
+        match deleted {
+            Ok(results) => {
+                for (topic, code) in results.into_iter().filter_map(Result::err) {
+                    eprintln!("deleting topic {topic}: {code}");
+                }
+            }
+            Err(e) => eprintln!("deleting topics {names:?}: {e}"),
         }
     }
 

@@ -15,11 +15,14 @@ mod scenarios;
 mod sink;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
 use env::Env;
+use punctual_testkit::servers::Broker;
 use report::Results;
+use scenarios::LoadResult;
 
 #[derive(Parser)]
 #[command(about = "Punctual's benchmark harness")]
@@ -51,21 +54,34 @@ enum Command {
         /// Sustained rates to step through, fires/s (default: 1000,2500,5000,7500,10000,12500,15000,20000,25000; smoke: 200).
         #[arg(long, value_delimiter = ',')]
         rates: Option<Vec<u32>>,
+        /// Sustained rates tried beyond the listed ones to narrow down the highest sustained
+        /// (halving the gap to the lowest rate not sustained, or a quarter higher if all were).
+        #[arg(long, default_value_t = 3)]
+        refine: u32,
         #[command(flatten)]
         servers: Servers,
     },
-    /// `rate` fires/s for `duration` seconds.
+    /// `rate` fires/s for `duration` seconds after `warmup` seconds of the same load.
     Sustained {
         #[arg(long, default_value_t = 1_000)]
         rate: u32,
-        #[arg(long, default_value_t = 30)]
-        duration: u32,
-        /// Scanners sharing the buckets.
-        #[arg(long, default_value_t = 1)]
-        scanners: usize,
-        /// Executors sharing the partitions.
-        #[arg(long, default_value_t = 1)]
-        executors: usize,
+        #[command(flatten)]
+        load: LoadShape,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// Sustained rates with the claim baseline before and after: `run`'s first part, with
+    /// as many scanners and executors as asked.
+    Sweep {
+        /// Folder for results.json, results.md and lag-vs-rate.svg.
+        #[arg(long, default_value = "target/bench-sweep")]
+        out: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "5000,7500,10000,12500,15000,20000,25000")]
+        rates: Vec<u32>,
+        #[arg(long, default_value_t = 3)]
+        refine: u32,
+        #[command(flatten)]
+        load: LoadShape,
         #[command(flatten)]
         servers: Servers,
     },
@@ -141,11 +157,31 @@ enum Command {
     },
 }
 
+/// How each sustained rate is run: for how long, and by how many scanners and executors.
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct LoadShape {
+    /// Seconds of the same load before the measured ones.
+    #[arg(long, default_value_t = WARMUP_S)]
+    warmup: u32,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 30)]
+    duration: u32,
+    /// Scanners sharing the buckets.
+    #[arg(long, default_value_t = 1)]
+    scanners: usize,
+    /// Executors sharing the partitions.
+    #[arg(long, default_value_t = 1)]
+    executors: usize,
+}
+
 impl Servers {
     fn start(self) -> Env {
         Env::start(self.database_server, self.brokers)
     }
 }
+
+/// Seconds of load before a sustained rate is measured (`sustained --warmup`).
+const WARMUP_S: u32 = 15;
 
 /// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
 /// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
@@ -157,9 +193,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let telemetry = punctual_shared::telemetry::init("punctual-bench")?;
     let result = match Cli::parse().command {
-        Command::Run { smoke, out, rates, servers } => run(smoke, &out, rates, servers).await,
-        Command::Sustained { rate, duration, scanners, executors, servers } => {
-            scenarios::sustained(&servers.start(), rate, duration, scanners, executors).await.map(drop)
+        Command::Run { smoke, out, rates, refine, servers } => run(smoke, &out, rates, refine, servers).await,
+        Command::Sustained { rate, load, servers } => {
+            let LoadShape { warmup, duration, scanners, executors } = load;
+            scenarios::sustained(&servers.start(), rate, warmup, duration, scanners, executors).await.map(drop)
+        }
+        Command::Sweep { out, rates, refine, load, servers } => {
+            sweep(&out, Sweep { rates, refine, load }, servers).await
         }
         Command::Burst { timers, window, lead, servers } => {
             scenarios::burst(&servers.start(), timers, window, lead).await.map(drop)
@@ -187,12 +227,73 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
+async fn sweep(out: &std::path::Path, sweep: Sweep, servers: Servers) -> anyhow::Result<()> {
+    let mut results = Results {
+        mode: format!("sweep, {} scanner(s), {} executor(s)", sweep.load.scanners, sweep.load.executors),
+        machine: report::machine(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ..Default::default()
+    };
+    results.claim_baseline_before =
+        Some(baselines::claim(&servers.clone().start().database_server, 200_000, 5_000).await?);
+    results.sustained = sweep.run(&servers).await?;
+    results.claim_baseline = Some(baselines::claim(&servers.start().database_server, 200_000, 5_000).await?);
+    results.write(out)?;
+    println!("\n{}", results.markdown());
+    println!("results written to {}", out.display());
+    Ok(())
+}
+
+/// Sustained rates in turn, then more to narrow down the highest sustained.
+struct Sweep {
+    rates: Vec<u32>,
+    refine: u32,
+    load: LoadShape,
+}
+
+impl Sweep {
+    /// The sustained results, in the order of their rates.
+    async fn run(&self, servers: &Servers) -> anyhow::Result<Vec<LoadResult>> {
+        // The rates share one broker (each with a Postgres of its own): a broker started
+        // per rate spends its first minutes compiling its hot code (docs/BENCHMARKS.md).
+        let broker = servers.brokers.is_none().then(|| Arc::new(Broker::start(false)));
+        let env = || match &broker {
+            Some(broker) => Env::sharing(servers.database_server.clone(), broker),
+            None => servers.clone().start(),
+        };
+        let mut runs: Vec<LoadResult> = Vec::new();
+        let mut listed = self.rates.iter().copied();
+        let mut refined = 0;
+        loop {
+            let rate = match listed.next() {
+                Some(rate) => rate,
+                None if refined < self.refine => {
+                    refined += 1;
+                    let Some(rate) = report::next_rate_to_try(&runs) else { break };
+                    rate
+                }
+                None => break,
+            };
+            let LoadShape { warmup, duration, scanners, executors } = self.load;
+            runs.push(scenarios::sustained(&env(), rate, warmup, duration, scanners, executors).await?);
+        }
+        runs.sort_by_key(|r| r.rate);
+        Ok(runs)
+    }
+}
+
 /// Every scenario in turn. The smoke mode fails if anything was lost, so CI notices a
 /// harness (or a pipeline) that stopped delivering.
 /// Each scenario gets servers of its own (unless servers are given), so none inherits
 /// another's leftovers: a broker holding a million messages, a Postgres busy vacuuming
 /// the last scenario's tables.
-async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, servers: Servers) -> anyhow::Result<()> {
+async fn run(
+    smoke: bool,
+    out: &std::path::Path,
+    rates: Option<Vec<u32>>,
+    refine: u32,
+    servers: Servers,
+) -> anyhow::Result<()> {
     let mut results = Results {
         mode: if smoke { "smoke" } else { "full" }.into(),
         machine: report::machine(),
@@ -207,11 +308,22 @@ async fn run(smoke: bool, out: &std::path::Path, rates: Option<Vec<u32>>, server
             vec![1_000, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 20_000, 25_000]
         }
     });
-    let duration = if smoke { 5 } else { 30 };
+    let sweep = if smoke {
+        Sweep { rates, refine: 0, load: LoadShape { warmup: 0, duration: 5, scanners: 1, executors: 1 } }
+    } else {
+        Sweep { rates, refine, load: LoadShape { warmup: WARMUP_S, duration: 30, scanners: 1, executors: 1 } }
+    };
     results.claim_baseline_before =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, 5_000).await?);
-    for rate in rates {
-        results.sustained.push(scenarios::sustained(&servers.clone().start(), rate, duration, 1, 1).await?);
+    results.sustained = sweep.run(&servers).await?;
+    if !smoke {
+        // Two scanners, two executors, and two of each: from three quarters of the rate
+        // one of each sustained, narrowed down the same way.
+        let start = results.best_sustained().map_or(5_000, |r| r.rate * 3 / 4 / 500 * 500).max(1_000);
+        for (scanners, executors) in [(2, 1), (1, 2), (2, 2)] {
+            let sweep = Sweep { rates: vec![start], refine: 2, load: LoadShape { scanners, executors, ..sweep.load } };
+            results.scale_out.extend(sweep.run(&servers).await?);
+        }
     }
     results.burst = Some(if smoke {
         scenarios::burst(&servers.clone().start(), 5_000, 5, 10).await?

@@ -22,6 +22,8 @@ pub struct Results {
     pub claim_baseline_before: Option<ClaimBaseline>,
     pub broker_baseline: Option<BrokerBaseline>,
     pub sustained: Vec<LoadResult>,
+    /// Sustained rates with two scanners, two executors, or two of each.
+    pub scale_out: Vec<LoadResult>,
     pub burst: Option<BurstResult>,
     pub stored: Option<StoredResult>,
 }
@@ -47,10 +49,7 @@ pub fn machine() -> String {
 impl Results {
     /// The highest rate delivered completely with max lag ≤ 1 s.
     pub fn best_sustained(&self) -> Option<&LoadResult> {
-        self.sustained
-            .iter()
-            .filter(|r| r.lost == 0 && r.lag.max_ms <= 1_000.0)
-            .max_by(|a, b| a.achieved_per_s.total_cmp(&b.achieved_per_s))
+        best_of(&self.sustained)
     }
 
     /// The claim rate the end-to-end rate is compared with: the higher of the two
@@ -79,6 +78,9 @@ impl Results {
                 "- Broker baseline: produce {:.0} msgs/s, produce+consume {:.0} msgs/s ({} messages of {} bytes, {} partitions).",
                 b.produce_per_s, b.produce_consume_per_s, b.messages, b.message_bytes, b.partitions
             );
+        }
+        if let Some(warmup_s) = self.sustained.iter().map(|r| r.warmup_s).max().filter(|w| *w > 0) {
+            let _ = writeln!(md, "\nEach rate is measured after {warmup_s} s of the same load (warm-up).");
         }
         if !self.sustained.is_empty() {
             let _ = writeln!(
@@ -136,6 +138,9 @@ impl Results {
                 "\nHighest rate sustained (nothing lost, max lag ≤ 1 s): {:.0} fires/s",
                 best.achieved_per_s
             );
+            if (best.scanners, best.executors) != (1, 1) {
+                let _ = write!(md, " with {} scanner(s) and {} executor(s)", best.scanners, best.executors);
+            }
             if let Some(claim_per_s) = self.claim_reference_per_s() {
                 let _ = write!(md, " = {:.2} × the claim baseline", best.achieved_per_s / claim_per_s);
                 if self.claim_baseline_before.is_some() {
@@ -146,6 +151,9 @@ impl Results {
                 let _ = write!(md, ", {:.2} × the broker baseline", best.achieved_per_s / b.produce_consume_per_s);
             }
             let _ = writeln!(md, ".");
+        }
+        if !self.scale_out.is_empty() {
+            md.push_str(&self.scale_out_markdown());
         }
         if let Some(b) = &self.burst {
             let _ = writeln!(
@@ -182,6 +190,63 @@ impl Results {
                 s.full.lag.p99_ms
             );
         }
+        md
+    }
+
+    /// Each configuration of scanners and executors: its highest rate sustained, with the
+    /// rates tried.
+    fn scale_out_markdown(&self) -> String {
+        let mut md = String::from(
+            "\nScanners and executors, each configuration's highest rate sustained:\n\n\
+             | scanners | executors | rates tried /s | highest sustained /s | × claim baseline | lag p99 ms | max ms | row writes /fire | CPU a fire µs: scanner | executor | broker | postgres | sink | total |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let mut configs: Vec<(usize, usize)> = Vec::new();
+        for r in self.sustained.iter().chain(&self.scale_out) {
+            if !configs.contains(&(r.scanners, r.executors)) {
+                configs.push((r.scanners, r.executors));
+            }
+        }
+        for (scanners, executors) in configs {
+            let runs: Vec<&LoadResult> = self
+                .sustained
+                .iter()
+                .chain(&self.scale_out)
+                .filter(|r| (r.scanners, r.executors) == (scanners, executors))
+                .collect();
+            let tried = runs
+                .iter()
+                .map(|r| format!("{}{}", r.rate, if r.is_sustained() { "" } else { "✗" }))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = write!(md, "| {scanners} | {executors} | {tried} |");
+            match best_of(runs.iter().copied()) {
+                Some(b) => {
+                    let ratio = self
+                        .claim_reference_per_s()
+                        .map_or_else(|| "–".to_owned(), |c| format!("{:.2}", b.achieved_per_s / c));
+                    let c = &b.cpu_per_fire;
+                    let _ = writeln!(
+                        md,
+                        " {:.0} | {ratio} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                        b.achieved_per_s,
+                        b.lag.p99_ms,
+                        b.lag.max_ms,
+                        b.row_writes_per_fire,
+                        c.scanner_us,
+                        c.executor_us,
+                        c.broker_us,
+                        c.postgres_us,
+                        c.sink_us,
+                        c.total_us
+                    );
+                }
+                None => {
+                    let _ = writeln!(md, " none | | | | | | | | | | |");
+                }
+            }
+        }
+        md.push_str("\n(✗: not sustained.)\n");
         md
     }
 
@@ -245,6 +310,31 @@ fn plot_lag(results: &[LoadResult], path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The run of `runs` that sustained the highest rate.
+fn best_of<'a>(runs: impl IntoIterator<Item = &'a LoadResult>) -> Option<&'a LoadResult> {
+    runs.into_iter().filter(|r| r.is_sustained()).max_by(|a, b| a.achieved_per_s.total_cmp(&b.achieved_per_s))
+}
+
+/// The next sustained rate to try to narrow down the highest one of `runs` ([`next_rate`]).
+pub fn next_rate_to_try(runs: &[LoadResult]) -> Option<u32> {
+    next_rate(&runs.iter().map(|r| (r.rate, r.is_sustained())).collect::<Vec<_>>())
+}
+
+/// Given the rates tried and whether each was sustained: halfway between the highest rate
+/// sustained and the lowest rate above it that was not, or a quarter above the highest if
+/// none above failed; rounded down to 500 fires/s. None when nothing was sustained or the
+/// gap is already 500 or less.
+fn next_rate(tried: &[(u32, bool)]) -> Option<u32> {
+    let best = tried.iter().filter(|(_, ok)| *ok).map(|(rate, _)| *rate).max()?;
+    let failed_above = tried.iter().filter(|(rate, ok)| !ok && *rate > best).map(|(rate, _)| *rate).min();
+    let next = match failed_above {
+        Some(failed) => (best + failed) / 2,
+        None => best + best / 4,
+    } / 500
+        * 500;
+    (next > best && failed_above.is_none_or(|failed| next < failed)).then_some(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +352,19 @@ mod tests {
         results.claim_baseline = Some(claim(66_113.0));
         assert_eq!(results.claim_reference_per_s(), Some(66_113.0));
         assert_eq!(Results::default().claim_reference_per_s(), None);
+    }
+
+    #[test]
+    fn the_next_rate_halves_the_gap_or_climbs_a_quarter() {
+        let tried = [(7_500, true), (10_000, true), (12_500, false), (15_000, false)];
+        assert_eq!(next_rate(&tried), Some(11_000));
+        assert_eq!(next_rate(&[(10_000, true), (11_000, true), (12_500, false)]), Some(11_500));
+        assert_eq!(next_rate(&[(11_000, true), (11_500, false)]), None);
+        assert_eq!(next_rate(&[(20_000, true), (25_000, true)]), Some(31_000));
+        // A rate sustained above one that was not (the host sped up) is what counts.
+        assert_eq!(next_rate(&[(10_000, false), (12_500, true)]), Some(15_500));
+        assert_eq!(next_rate(&[(1_000, false)]), None);
+        assert_eq!(next_rate(&[]), None);
     }
 
     #[test]

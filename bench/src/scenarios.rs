@@ -25,6 +25,11 @@ const STALL_S: i64 = 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadResult {
     pub rate: u32,
+    /// Seconds of the same load before the measured `duration_s`.
+    pub warmup_s: u32,
+    /// Scanner and executor processes sharing the work.
+    pub scanners: usize,
+    pub executors: usize,
     pub duration_s: u32,
     pub expected: u64,
     pub delivered: u64,
@@ -38,7 +43,8 @@ pub struct LoadResult {
     /// The largest lag of each partition's occurrences, in ms.
     pub max_lag_by_partition_ms: Vec<f64>,
     pub memory: Memory,
-    /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered fire.
+    /// Rows inserted, updated or deleted in timers, tasks and task_attempts, per delivered
+    /// fire, over the whole load (warm-up included).
     pub row_writes_per_fire: f64,
     pub writes: RowWrites,
     /// Mean time of one scanner pass (plan, sweeps, claim).
@@ -52,6 +58,13 @@ pub struct LoadResult {
     pub top_statements: Vec<StatementTime>,
     /// CPU time per fire, by process, from the first occurrence to the last delivery.
     pub cpu_per_fire: CpuPerFire,
+}
+
+impl LoadResult {
+    /// Delivered completely, none later than 1 s.
+    pub fn is_sustained(&self) -> bool {
+        self.lost == 0 && self.lag.max_ms <= 1_000.0
+    }
 }
 
 /// The mean of a Prometheus histogram, in milliseconds.
@@ -71,24 +84,30 @@ fn whole_second_after(lead: Duration) -> DateTime<Utc> {
         .expect("truncates")
 }
 
-/// `rate` interval timers' worth of fires per second for `duration_s` seconds: timers
-/// firing every second, their start times spread evenly over the first second after
-/// `lead`, so the load is smooth rather than one spike per second. The first
+/// `rate` interval timers' worth of fires per second for `warmup_s` and then `duration_s`
+/// seconds: timers firing every second, their start times spread evenly over the first
+/// second after `lead`, so the load is smooth rather than one spike per second. The first
 /// [`API_TIMERS`] are created through the admin API, the rest with one SQL statement.
+///
+/// Lag, loss and CPU are measured over the `duration_s` after the warm-up: the services,
+/// Postgres and the broker's JVM all start with the load, and a broker compiling its hot
+/// code in its first seconds is not the steady state a sustained rate describes.
 pub async fn steady_load(
     env: &Env,
     stack: &Stack,
     sink: &LagSink,
     rate: u32,
+    warmup_s: u32,
     duration_s: u32,
 ) -> anyhow::Result<LoadResult> {
     let writes_before = RowWrites::read(&stack.db.pool).await?;
     reset_statements(&stack.db.pool).await;
     // Far enough ahead that the timers are validated and planned before the first fire.
     let lead = Duration::from_secs(8 + u64::from(rate / 2_000));
-    let t0 = whole_second_after(lead);
+    let first = whole_second_after(lead);
+    let t0 = first + chrono::Duration::seconds(i64::from(warmup_s));
     let end = t0 + chrono::Duration::seconds(i64::from(duration_s));
-    let start_of = |i: u32| t0 + chrono::Duration::microseconds(i64::from(i) * 1_000_000 / i64::from(rate));
+    let start_of = |i: u32| first + chrono::Duration::microseconds(i64::from(i) * 1_000_000 / i64::from(rate));
     let api = rate.min(API_TIMERS);
     for i in 0..api {
         stack
@@ -113,6 +132,7 @@ pub async fn steady_load(
     .await?;
 
     let expected = u64::from(rate) * u64::from(duration_s);
+    let expected_with_warmup = u64::from(rate) * u64::from(warmup_s + duration_s);
     // Every occurrence is due by `end`; allow a generous drain after it.
     let mut executor_early_mb = 0.0;
     if let Ok(wait) = (t0 - Utc::now()).to_std() {
@@ -132,11 +152,14 @@ pub async fn steady_load(
         if distinct > progress.0 {
             progress = (distinct, now);
         }
-        if distinct as u64 >= expected || (now > end && now - progress.1 > chrono::Duration::seconds(STALL_S)) {
+        if distinct as u64 >= expected_with_warmup
+            || (now > end && now - progress.1 > chrono::Duration::seconds(STALL_S))
+        {
             break;
         }
     }
     let cpu_after = env.cpu(stack);
+    let delivered_with_warmup = sink.distinct() as u64;
     // Late duplicates (redeliveries) would arrive shortly after: give them a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let executor_late_mb = current_mb(&stack.executor);
@@ -154,6 +177,9 @@ pub async fn steady_load(
     memory.executor_late_mb = executor_late_mb;
     Ok(LoadResult {
         rate,
+        warmup_s,
+        scanners: 1 + stack.more.iter().filter(|p| p.name.starts_with("punctual-scanner")).count(),
+        executors: 1 + stack.more.iter().filter(|p| p.name.starts_with("punctual-executor")).count(),
         duration_s,
         expected,
         delivered,
@@ -164,7 +190,7 @@ pub async fn steady_load(
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
         max_lag_by_partition_ms: max_lag_by_partition(&deliveries, TASKS_PARTITIONS as i16),
         memory,
-        row_writes_per_fire: writes.total() as f64 / delivered.max(1) as f64,
+        row_writes_per_fire: writes.total() as f64 / delivered_with_warmup.max(1) as f64,
         writes,
         mean_scan_ms: mean_ms(&scanner_metrics, "punctual_scan_duration_seconds"),
         mean_publish_lag_ms: mean_ms(&scanner_metrics, "punctual_publish_lag_seconds"),
@@ -178,6 +204,7 @@ pub async fn steady_load(
 pub async fn sustained(
     env: &Env,
     rate: u32,
+    warmup_s: u32,
     duration_s: u32,
     scanners: usize,
     executors: usize,
@@ -190,9 +217,10 @@ pub async fn sustained(
     for _ in 1..executors {
         stack.add("punctual-executor", "PUNCTUAL_EXECUTOR_ADDR").await;
     }
-    let result = steady_load(env, &stack, &sink, rate, duration_s).await?;
+    let result = steady_load(env, &stack, &sink, rate, warmup_s, duration_s).await?;
+    env.forget_topics(stack).await;
     println!(
-        "sustained {rate}/s × {duration_s} s, {scanners} scanner(s), {executors} executor(s): delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
+        "sustained {rate}/s × {duration_s} s after {warmup_s} s of warm-up, {scanners} scanner(s), {executors} executor(s): delivered {}/{} (lost {}, duplicated {}), {:.0} fires/s, lag p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms max {:.1} ms (mean publish lag {:.1} ms, start lag {:.1} ms), {:.2} row writes/fire",
         result.delivered,
         result.expected,
         result.lost,
@@ -365,7 +393,7 @@ pub async fn stored(env: &Env, stored: u64, rate: u32, duration_s: u32) -> anyho
     let empty = {
         let sink = LagSink::start().await?;
         let stack = env.stack(&[]).await;
-        steady_load(env, &stack, &sink, rate, duration_s).await?
+        steady_load(env, &stack, &sink, rate, 0, duration_s).await?
     };
     let sink = LagSink::start().await?;
     let stack = env.stack(&[]).await;
@@ -400,7 +428,7 @@ pub async fn stored(env: &Env, stored: u64, rate: u32, duration_s: u32) -> anyho
     }
     sqlx::query("VACUUM ANALYZE tasks").execute(&stack.db.pool).await?;
     println!("stored: {} future tasks written in {:.0} s", timers * per_timer, started.elapsed().as_secs_f64());
-    let full = steady_load(env, &stack, &sink, rate, duration_s).await?;
+    let full = steady_load(env, &stack, &sink, rate, 0, duration_s).await?;
     println!(
         "stored scale, {rate}/s: empty table: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms; beside {} stored tasks: scan {:.2} ms, lag p50 {:.1} ms p99 {:.1} ms",
         empty.mean_scan_ms,
