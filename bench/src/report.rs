@@ -112,7 +112,7 @@ impl Results {
         if !self.sustained.is_empty() {
             let _ = writeln!(
                 md,
-                "\nCPU per delivered fire, µs (from the first occurrence to the last delivery):\n\n| rate /s | scanner | executor | broker | postgres | sink | total | row writes /fire | of which HOT |"
+                "\nCPU per delivered fire, µs (from the end of the warm-up to the last delivery):\n\n| rate /s | scanner | executor | broker | postgres | sink | total | row writes /fire | of which HOT |"
             );
             let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
             for r in &self.sustained {

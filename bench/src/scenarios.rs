@@ -35,7 +35,7 @@ pub struct LoadResult {
     pub delivered: u64,
     pub lost: u64,
     pub duplicated: u64,
-    /// Delivered occurrences per second, from the first occurrence time to the last delivery.
+    /// Delivered occurrences per second, from the end of the warm-up to the last delivery.
     pub achieved_per_s: f64,
     pub lag: LagStats,
     /// The largest lag of the occurrences scheduled in each 5 s of the run, in ms.
@@ -56,7 +56,7 @@ pub struct LoadResult {
     pub mean_start_lag_ms: f64,
     /// Where Postgres spent its time during the load.
     pub top_statements: Vec<StatementTime>,
-    /// CPU time per fire, by process, from the first occurrence to the last delivery.
+    /// CPU time per fire, by process, from the end of the warm-up to the last delivery.
     pub cpu_per_fire: CpuPerFire,
 }
 
@@ -123,7 +123,7 @@ pub async fn steady_load(
          SELECT 'bench-sql-' || i, 'interval', 1000, $1 + (i::bigint * 1000000 / $2) * interval '1 microsecond', $3, $4
            FROM generate_series($5::int, $2 - 1) AS i",
     )
-    .bind(t0)
+    .bind(first)
     .bind(rate as i32)
     .bind(end)
     .bind(sink.url())

@@ -209,7 +209,8 @@ async fn a_keys_request_rate_is_limited() {
 
 #[tokio::test]
 async fn an_address_sending_unknown_keys_is_refused_before_the_lookup() {
-    // One a second, in bursts of two: the third is refused for about a second.
+    // One a second, in bursts of two: the third spends the budget, and the address is then
+    // refused for a second.
     let api = spawn_api_with(|c| c.auth.failed_auth_limit = 1).await;
     let unknown = punctual_shared::api_key::ApiKey::generate();
     let guesser = api.with_key(Some(unknown.expose()));
