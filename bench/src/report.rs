@@ -322,10 +322,13 @@ pub fn next_rate_to_try(runs: &[LoadResult]) -> Option<u32> {
 
 /// Given the rates tried and whether each was sustained: halfway between the highest rate
 /// sustained and the lowest rate above it that was not, or a quarter above the highest if
-/// none above failed; rounded down to 500 fires/s. None when nothing was sustained or the
-/// gap is already 500 or less.
+/// none above failed, or half the lowest rate tried if none was sustained; rounded down to
+/// 500 fires/s. None when the gap is 500 fires/s or less, or nothing was tried.
 fn next_rate(tried: &[(u32, bool)]) -> Option<u32> {
-    let best = tried.iter().filter(|(_, ok)| *ok).map(|(rate, _)| *rate).max()?;
+    let Some(best) = tried.iter().filter(|(_, ok)| *ok).map(|(rate, _)| *rate).max() else {
+        let lowest = tried.iter().map(|(rate, _)| *rate).min()?;
+        return Some(lowest / 2 / 500 * 500).filter(|next| *next >= 500);
+    };
     let failed_above = tried.iter().filter(|(rate, ok)| !ok && *rate > best).map(|(rate, _)| *rate).min();
     let next = match failed_above {
         Some(failed) => (best + failed) / 2,
@@ -355,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn the_next_rate_halves_the_gap_or_climbs_a_quarter() {
+    fn the_next_rate_halves_the_gap_climbs_a_quarter_or_halves_the_lowest() {
         let tried = [(7_500, true), (10_000, true), (12_500, false), (15_000, false)];
         assert_eq!(next_rate(&tried), Some(11_000));
         assert_eq!(next_rate(&[(10_000, true), (11_000, true), (12_500, false)]), Some(11_500));
@@ -363,7 +366,9 @@ mod tests {
         assert_eq!(next_rate(&[(20_000, true), (25_000, true)]), Some(31_000));
         // A rate sustained above one that was not (the host sped up) is what counts.
         assert_eq!(next_rate(&[(10_000, false), (12_500, true)]), Some(15_500));
-        assert_eq!(next_rate(&[(1_000, false)]), None);
+        // Nothing sustained: half the lowest rate tried.
+        assert_eq!(next_rate(&[(11_000, false), (13_500, false)]), Some(5_500));
+        assert_eq!(next_rate(&[(900, false)]), None);
         assert_eq!(next_rate(&[]), None);
     }
 
