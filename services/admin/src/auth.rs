@@ -14,13 +14,14 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::DefaultKeyedRateLimiter;
 use punctual_shared::api_key::{self, ApiKey, Role};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::failed_auth::FailedAuthLimiter;
+use crate::request_budget;
 
 /// Authentication settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -38,9 +39,9 @@ pub struct AuthConfig {
     /// as many); 0 for no limit.
     #[arg(long, env = "PUNCTUAL_API_RATE_LIMIT", default_value_t = 50)]
     pub api_rate_limit: u32,
-    /// Requests without a valid API key one client address may make to this admin instance
-    /// a second (bursts of up to twice as many) before its requests are refused (429) for
-    /// a while; 0 for no limit.
+    /// Requests without a valid API key one client (an IPv4 address, an IPv6 /64) may make
+    /// to this admin instance a second (bursts of up to twice as many) before its requests
+    /// are refused (429) for a while; 0 for no limit.
     #[arg(long, env = "PUNCTUAL_API_FAILED_AUTH_LIMIT", default_value_t = 10)]
     pub failed_auth_limit: u32,
 }
@@ -144,10 +145,7 @@ impl Authenticator {
                  every namespace"
             );
         }
-        let limiter = NonZeroU32::new(config.api_rate_limit).map(|rate| {
-            let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not zero"));
-            Arc::new(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)))
-        });
+        let limiter = NonZeroU32::new(config.api_rate_limit).map(|rate| Arc::new(request_budget::keyed(rate)));
         let failed = NonZeroU32::new(config.failed_auth_limit).map(|rate| Arc::new(FailedAuthLimiter::new(rate)));
         Ok(Self { pool, disabled: config.auth_disabled, limiter, failed })
     }

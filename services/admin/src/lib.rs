@@ -15,6 +15,7 @@ pub mod openapi;
 pub mod operator_actions;
 pub mod query_check;
 pub mod request;
+pub mod request_budget;
 pub mod run_view;
 pub mod secret_headers;
 pub mod signing_secrets;
