@@ -31,26 +31,29 @@ impl Env {
     /// Uses the servers given, or starts its own.
     pub fn start(database_server: Option<String>, brokers: Option<String>) -> Env {
         let broker = brokers.is_none().then(|| Arc::new(Broker::start(false)));
-        let mut env = Env::with_broker(database_server, broker.clone(), brokers);
-        env.broker_shared = false;
-        env
+        Env::with_broker(database_server, broker, brokers, false)
     }
 
     /// A Postgres server (given, or started here) beside `broker`, which outlives the
     /// scenario: a JVM compiles its hot code during its first minutes under load, and a
     /// broker started for each scenario would spend them doing that.
     pub fn sharing(database_server: Option<String>, broker: &Arc<Broker>) -> Env {
-        Env::with_broker(database_server, Some(broker.clone()), None)
+        Env::with_broker(database_server, Some(broker.clone()), None, true)
     }
 
-    fn with_broker(database_server: Option<String>, broker: Option<Arc<Broker>>, brokers: Option<String>) -> Env {
+    fn with_broker(
+        database_server: Option<String>,
+        broker: Option<Arc<Broker>>,
+        brokers: Option<String>,
+        broker_shared: bool,
+    ) -> Env {
         let pg = database_server.is_none().then(|| PgServer::start_with_options(PG_OPTIONS));
         Env {
             database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
             brokers: brokers.unwrap_or_else(|| broker.as_ref().expect("started or given").brokers()),
             pg,
             broker,
-            broker_shared: true,
+            broker_shared,
         }
     }
 
