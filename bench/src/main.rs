@@ -80,6 +80,9 @@ enum Command {
         rates: Vec<u32>,
         #[arg(long, default_value_t = 3)]
         refine: u32,
+        /// Rows of the claim baseline taken just before and just after each rate (0: none).
+        #[arg(long, default_value_t = CLAIM_BESIDE_ROWS)]
+        claim_rows: i64,
         #[command(flatten)]
         load: LoadShape,
         #[command(flatten)]
@@ -113,7 +116,7 @@ enum Command {
         #[arg(long, default_value_t = 200_000)]
         rows: i64,
         /// Rows per claim statement (the scanner's PUNCTUAL_CLAIM_BATCH).
-        #[arg(long, default_value_t = 5_000)]
+        #[arg(long, default_value_t = CLAIM_BATCH)]
         batch: i64,
         #[command(flatten)]
         servers: Servers,
@@ -183,6 +186,12 @@ impl Servers {
 /// Seconds of load before a sustained rate is measured (`sustained --warmup`).
 const WARMUP_S: u32 = 15;
 
+/// Rows per claim statement in the claim baselines: the scanner's default PUNCTUAL_CLAIM_BATCH.
+const CLAIM_BATCH: i64 = 5_000;
+
+/// Rows of the claim baseline taken beside each sustained rate: a few seconds' claiming.
+const CLAIM_BESIDE_ROWS: i64 = 100_000;
+
 /// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
 /// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
 /// under load (docs/BENCHMARKS.md).
@@ -198,8 +207,8 @@ async fn main() -> anyhow::Result<()> {
             let LoadShape { warmup, duration, scanners, executors } = load;
             scenarios::sustained(&servers.start(), rate, warmup, duration, scanners, executors).await.map(drop)
         }
-        Command::Sweep { out, rates, refine, load, servers } => {
-            sweep(&out, Sweep { rates, refine, load }, servers).await
+        Command::Sweep { out, rates, refine, claim_rows, load, servers } => {
+            sweep(&out, Sweep { rates, refine, load, claim_rows }, servers).await
         }
         Command::Burst { timers, window, lead, servers } => {
             scenarios::burst(&servers.start(), timers, window, lead).await.map(drop)
@@ -235,9 +244,9 @@ async fn sweep(out: &std::path::Path, sweep: Sweep, servers: Servers) -> anyhow:
         ..Default::default()
     };
     results.claim_baseline_before =
-        Some(baselines::claim(&servers.clone().start().database_server, 200_000, 5_000).await?);
+        Some(baselines::claim(&servers.clone().start().database_server, 200_000, CLAIM_BATCH).await?);
     results.sustained = sweep.run(&servers).await?;
-    results.claim_baseline = Some(baselines::claim(&servers.start().database_server, 200_000, 5_000).await?);
+    results.claim_baseline = Some(baselines::claim(&servers.start().database_server, 200_000, CLAIM_BATCH).await?);
     results.write(out)?;
     println!("\n{}", results.markdown());
     println!("results written to {}", out.display());
@@ -249,6 +258,8 @@ struct Sweep {
     rates: Vec<u32>,
     refine: u32,
     load: LoadShape,
+    /// Rows of the claim baseline taken beside each rate (0: none).
+    claim_rows: i64,
 }
 
 impl Sweep {
@@ -275,10 +286,22 @@ impl Sweep {
                 None => break,
             };
             let LoadShape { warmup, duration, scanners, executors } = self.load;
-            runs.push(scenarios::sustained(&env(), rate, warmup, duration, scanners, executors).await?);
+            let env = env();
+            let before = self.claim_beside(&env).await?;
+            let mut run = scenarios::sustained(&env, rate, warmup, duration, scanners, executors).await?;
+            let after = self.claim_beside(&env).await?;
+            run.claim_beside_per_s = before.zip(after).map(|(before, after)| [before, after]);
+            runs.push(run);
         }
         runs.sort_by_key(|r| r.rate);
         Ok(runs)
+    }
+
+    async fn claim_beside(&self, env: &Env) -> anyhow::Result<Option<f64>> {
+        if self.claim_rows == 0 {
+            return Ok(None);
+        }
+        Ok(Some(baselines::claim(&env.database_server, self.claim_rows, CLAIM_BATCH).await?.rows_per_s))
     }
 }
 
@@ -309,19 +332,34 @@ async fn run(
         }
     });
     let sweep = if smoke {
-        Sweep { rates, refine: 0, load: LoadShape { warmup: 0, duration: 5, scanners: 1, executors: 1 } }
+        Sweep {
+            rates,
+            refine: 0,
+            load: LoadShape { warmup: 0, duration: 5, scanners: 1, executors: 1 },
+            claim_rows: claim_rows / 2,
+        }
     } else {
-        Sweep { rates, refine, load: LoadShape { warmup: WARMUP_S, duration: 30, scanners: 1, executors: 1 } }
+        Sweep {
+            rates,
+            refine,
+            load: LoadShape { warmup: WARMUP_S, duration: 30, scanners: 1, executors: 1 },
+            claim_rows: CLAIM_BESIDE_ROWS,
+        }
     };
     results.claim_baseline_before =
-        Some(baselines::claim(&servers.clone().start().database_server, claim_rows, 5_000).await?);
+        Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.sustained = sweep.run(&servers).await?;
     if !smoke {
         // Two scanners, two executors, and two of each: from three quarters of the rate
         // one of each sustained, narrowed down the same way.
         let start = results.best_sustained().map_or(5_000, |r| r.rate * 3 / 4 / 500 * 500).max(1_000);
         for (scanners, executors) in [(2, 1), (1, 2), (2, 2)] {
-            let sweep = Sweep { rates: vec![start], refine: 2, load: LoadShape { scanners, executors, ..sweep.load } };
+            let sweep = Sweep {
+                rates: vec![start],
+                refine: 2,
+                load: LoadShape { scanners, executors, ..sweep.load },
+                claim_rows: sweep.claim_rows,
+            };
             results.scale_out.extend(sweep.run(&servers).await?);
         }
     }
@@ -335,7 +373,8 @@ async fn run(
     } else {
         scenarios::stored(&servers.clone().start(), 10_000_000, 500, 20).await?
     });
-    results.claim_baseline = Some(baselines::claim(&servers.clone().start().database_server, claim_rows, 5_000).await?);
+    results.claim_baseline =
+        Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.broker_baseline = Some(baselines::broker(&servers.start().brokers, messages, 4).await?);
     results.write(out)?;
     println!("\n{}", results.markdown());

@@ -85,19 +85,20 @@ impl Results {
         if !self.sustained.is_empty() {
             let _ = writeln!(
                 md,
-                "\n| rate /s | s | delivered | lost | dup | achieved /s | lag p50 ms | p99 ms | p99.9 ms | max ms | row writes /fire | scanner MB | executor MB (early → late) |"
+                "\n| rate /s | s | delivered | lost | dup | achieved /s | × claim beside | lag p50 ms | p99 ms | p99.9 ms | max ms | row writes /fire | scanner MB | executor MB (early → late) |"
             );
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             for r in &self.sustained {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} → {:.0} |",
+                    "| {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} → {:.0} |",
                     r.rate,
                     r.duration_s,
                     r.delivered,
                     r.lost,
                     r.duplicated,
                     r.achieved_per_s,
+                    claim_beside(r),
                     r.lag.p50_ms,
                     r.lag.p99_ms,
                     r.lag.p999_ms,
@@ -141,7 +142,12 @@ impl Results {
             if (best.scanners, best.executors) != (1, 1) {
                 let _ = write!(md, " with {} scanner(s) and {} executor(s)", best.scanners, best.executors);
             }
-            if let Some(claim_per_s) = self.claim_reference_per_s() {
+            if let (Some(ratio), Some([before, after])) = (best.claim_ratio(), best.claim_beside_per_s) {
+                let _ = write!(
+                    md,
+                    " = {ratio:.2} × the claim baseline measured beside it (the higher of {before:.0} rows/s before and {after:.0} after)"
+                );
+            } else if let Some(claim_per_s) = self.claim_reference_per_s() {
                 let _ = write!(md, " = {:.2} × the claim baseline", best.achieved_per_s / claim_per_s);
                 if self.claim_baseline_before.is_some() {
                     let _ = write!(md, " (the higher of its two measurements)");
@@ -198,7 +204,7 @@ impl Results {
     fn scale_out_markdown(&self) -> String {
         let mut md = String::from(
             "\nScanners and executors, each configuration's highest rate sustained:\n\n\
-             | scanners | executors | rates tried /s | highest sustained /s | × claim baseline | lag p99 ms | max ms | row writes /fire | CPU a fire µs: scanner | executor | broker | postgres | sink | total |\n\
+             | scanners | executors | rates tried /s | highest sustained /s | × claim baseline (beside it, if measured) | lag p99 ms | max ms | row writes /fire | CPU a fire µs: scanner | executor | broker | postgres | sink | total |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let mut configs: Vec<(usize, usize)> = Vec::new();
@@ -222,9 +228,10 @@ impl Results {
             let _ = write!(md, "| {scanners} | {executors} | {tried} |");
             match best_of(runs.iter().copied()) {
                 Some(b) => {
-                    let ratio = self
-                        .claim_reference_per_s()
-                        .map_or_else(|| "–".to_owned(), |c| format!("{:.2}", b.achieved_per_s / c));
+                    let ratio = b
+                        .claim_ratio()
+                        .or_else(|| self.claim_reference_per_s().map(|c| b.achieved_per_s / c))
+                        .map_or_else(|| "–".to_owned(), |ratio| format!("{ratio:.2}"));
                     let c = &b.cpu_per_fire;
                     let _ = writeln!(
                         md,
@@ -310,6 +317,14 @@ fn plot_lag(results: &[LoadResult], path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A rate's share of the claim baseline beside it, with that baseline's two measurements.
+fn claim_beside(r: &LoadResult) -> String {
+    match (r.claim_ratio(), r.claim_beside_per_s) {
+        (Some(ratio), Some([before, after])) => format!("{ratio:.2} ({before:.0}, {after:.0})"),
+        _ => "–".to_owned(),
+    }
+}
+
 /// The run of `runs` that sustained the highest rate.
 fn best_of<'a>(runs: impl IntoIterator<Item = &'a LoadResult>) -> Option<&'a LoadResult> {
     runs.into_iter().filter(|r| r.is_sustained()).max_by(|a, b| a.achieved_per_s.total_cmp(&b.achieved_per_s))
@@ -370,6 +385,34 @@ mod tests {
         assert_eq!(next_rate(&[(11_000, false), (13_500, false)]), Some(5_500));
         assert_eq!(next_rate(&[(900, false)]), None);
         assert_eq!(next_rate(&[]), None);
+    }
+
+    #[test]
+    fn a_rate_is_compared_with_the_higher_claim_baseline_beside_it() {
+        let rate = |rate: u32, beside: [f64; 2]| LoadResult {
+            rate,
+            scanners: 1,
+            executors: 1,
+            achieved_per_s: f64::from(rate),
+            claim_beside_per_s: Some(beside),
+            ..Default::default()
+        };
+        let results = Results {
+            // Far from the rates' own: not what they are compared with.
+            claim_baseline: Some(claim(80_000.0)),
+            sustained: vec![rate(10_000, [20_000.0, 25_000.0]), rate(12_000, [16_000.0, 15_000.0])],
+            scale_out: vec![LoadResult { scanners: 2, ..rate(8_000, [20_000.0, 16_000.0]) }],
+            ..Default::default()
+        };
+        assert_eq!(results.best_sustained().and_then(LoadResult::claim_ratio), Some(0.75));
+        let md = results.markdown();
+        assert!(md.contains("| 0.40 (20000, 25000) |"), "{md}");
+        assert!(
+            md.contains("12000 fires/s = 0.75 × the claim baseline measured beside it (the higher of 16000 rows/s before and 15000 after)"),
+            "{md}"
+        );
+        assert!(md.contains("| 1 | 1 | 10000, 12000 | 12000 | 0.75 |"), "{md}");
+        assert!(md.contains("| 2 | 1 | 8000 | 8000 | 0.40 |"), "{md}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ const API_TIMERS: u32 = 20;
 const STALL_S: i64 = 20;
 
 /// What a steady load delivered.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LoadResult {
     pub rate: u32,
     /// Seconds of the same load before the measured `duration_s`.
@@ -58,12 +58,23 @@ pub struct LoadResult {
     pub top_statements: Vec<StatementTime>,
     /// CPU time per fire, by process, from the end of the warm-up to the last delivery.
     pub cpu_per_fire: CpuPerFire,
+    /// The claim baseline measured on the same Postgres server just before the load and
+    /// just after it, rows/s: the host's speed drifts by half within minutes, so a ratio
+    /// needs a baseline taken beside its rate.
+    pub claim_beside_per_s: Option<[f64; 2]>,
 }
 
 impl LoadResult {
     /// Delivered completely, none later than 1 s.
     pub fn is_sustained(&self) -> bool {
         self.lost == 0 && self.lag.max_ms <= 1_000.0
+    }
+
+    /// The rate achieved as a share of the higher of the claim baselines beside it, so
+    /// that a host slower at one of them does not flatter the ratio.
+    pub fn claim_ratio(&self) -> Option<f64> {
+        let [before, after] = self.claim_beside_per_s?;
+        Some(self.achieved_per_s / before.max(after))
     }
 }
 
@@ -197,6 +208,7 @@ pub async fn steady_load(
         mean_start_lag_ms: mean_ms(&executor_metrics, "punctual_fire_lag_seconds"),
         top_statements: top_statements(&stack.db.pool, 8).await,
         cpu_per_fire: cpu_after.per_fire(cpu_before, delivered),
+        claim_beside_per_s: None,
     })
 }
 
