@@ -289,22 +289,24 @@ impl App {
         // then is abandoned, to run again on the partition's next owner (same
         // Idempotency-Key), and the process exits.
         let drained_by = tokio::time::Instant::now() + Duration::from_millis(self.config.drain_timeout_ms);
-        let timer = tokio::spawn({
-            let abandon = abandon.clone();
-            async move {
-                tokio::time::sleep_until(drained_by).await;
+        watch_token.cancel();
+        drop(finished_tx);
+        runs.close();
+        let drained = async {
+            runs.wait().await;
+            tasks.wait().await
+        };
+        tokio::pin!(drained);
+        let written = tokio::select! {
+            written = &mut drained => written,
+            () = tokio::time::sleep_until(drained_by) => {
                 tracing::warn!(
                     "drain timeout: abandoning running callbacks and unwritten outcomes; they run again later"
                 );
                 abandon.cancel();
+                drained.await
             }
-        });
-        watch_token.cancel();
-        drop(finished_tx);
-        runs.close();
-        runs.wait().await;
-        let written = tasks.wait().await;
-        timer.abort();
+        };
         // What is left was abandoned: the revocation at the consumer's close waits for none.
         in_flight.clear();
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
