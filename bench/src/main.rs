@@ -189,8 +189,9 @@ const WARMUP_S: u32 = 15;
 /// Rows per claim statement in the claim baselines: the scanner's default PUNCTUAL_CLAIM_BATCH.
 const CLAIM_BATCH: i64 = 5_000;
 
-/// Rows of the claim baseline taken beside each sustained rate: a few seconds' claiming.
-const CLAIM_BESIDE_ROWS: i64 = 100_000;
+/// Rows of the claim baseline taken beside each sustained rate: as many as in the baselines
+/// taken before and after a run, so that all of them measure the same thing.
+const CLAIM_BESIDE_ROWS: i64 = 200_000;
 
 /// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
 /// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
