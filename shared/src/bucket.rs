@@ -27,40 +27,53 @@ pub fn bucket_of(timer_id: Uuid) -> i16 {
 }
 
 /// The buckets one scanner holds, each at its epoch: what its writes are conditional on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     pub owner: String,
-    pub buckets: Vec<i16>,
-    pub epochs: Vec<i64>,
+    /// The epoch of every bucket, indexed by bucket; [`NO_EPOCH`] for those not held: the
+    /// form statements take holdings in ([`owned_join`]).
+    epochs_by_bucket: Vec<i64>,
 }
+
+/// The epoch of a bucket not held, in [`Held::epochs_by_bucket`]; real epochs start at 1.
+pub const NO_EPOCH: i64 = -1;
 
 impl Held {
     pub fn new(owner: impl Into<String>, grants: &[(i16, i64)]) -> Self {
-        Self {
-            owner: owner.into(),
-            buckets: grants.iter().map(|g| g.0).collect(),
-            epochs: grants.iter().map(|g| g.1).collect(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.buckets.len()
-    }
-
-    /// The epoch of every bucket, indexed by bucket; -1 (no epoch) for those not held: the
-    /// form statements take holdings in ([`owned_join`]).
-    pub fn epochs_by_bucket(&self) -> Vec<i64> {
-        let mut epochs = vec![-1; BUCKETS as usize];
-        for (bucket, epoch) in self.buckets.iter().zip(&self.epochs) {
-            if let Some(e) = epochs.get_mut(*bucket as usize) {
+        let mut epochs_by_bucket = vec![NO_EPOCH; BUCKETS as usize];
+        for (bucket, epoch) in grants {
+            if let Some(e) = epochs_by_bucket.get_mut(*bucket as usize) {
                 *e = *epoch;
             }
         }
-        epochs
+        Self { owner: owner.into(), epochs_by_bucket }
+    }
+
+    /// Holding nothing.
+    pub fn none(owner: impl Into<String>) -> Self {
+        Self::new(owner, &[])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.epochs_by_bucket.iter().filter(|e| **e != NO_EPOCH).count()
+    }
+
+    pub fn holds(&self, bucket: i16) -> bool {
+        self.epochs_by_bucket.get(bucket as usize).is_some_and(|e| *e != NO_EPOCH)
+    }
+
+    /// Each bucket held, with its epoch, in the order of the buckets.
+    pub fn grants(&self) -> impl Iterator<Item = (i16, i64)> + '_ {
+        self.epochs_by_bucket.iter().enumerate().filter(|(_, e)| **e != NO_EPOCH).map(|(b, e)| (b as i16, *e))
+    }
+
+    /// The epoch of every bucket, indexed by bucket; [`NO_EPOCH`] for those not held.
+    pub fn epochs_by_bucket(&self) -> &[i64] {
+        &self.epochs_by_bucket
     }
 }
 

@@ -116,7 +116,7 @@ pub async fn plan(
     let scheduled: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.scheduled_at).collect();
     let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
     let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
-    let nobody = Held::default();
+    let nobody = Held::none("");
     let held = claim.map_or(&nobody, |c| c.held);
     // With no claim, `owned` is empty and `s < NULL` never true: every row is written
     // pending. A row comes back with its lease only if this statement claimed it (`now()`

@@ -32,14 +32,14 @@ async fn members_share_the_buckets_and_no_bucket_has_two_owners() {
     let db = TestDb::create().await;
     let a = bucket::join_and_acquire(&db.pool, "a", LONG, BUCKETS as usize).await.unwrap();
     assert_eq!(a.len(), 1024, "one member alone holds every bucket");
-    assert!(a.epochs.iter().all(|e| *e == 1));
+    assert!(a.grants().all(|(_, e)| e == 1));
     // b joins: nothing is free until a hands over its extra share.
     let b = bucket::join_and_acquire(&db.pool, "b", LONG, 512).await.unwrap();
     assert!(b.is_empty(), "a live member's buckets are not taken");
     let members = bucket::live_members(&db.pool).await.unwrap();
     assert_eq!(members, ["a", "b"]);
     let share = bucket::fair_share(members.len(), 0);
-    let extra: Vec<(i16, i64)> = a.buckets.iter().zip(&a.epochs).skip(share).map(|(b, e)| (*b, *e)).collect();
+    let extra: Vec<(i16, i64)> = a.grants().skip(share).collect();
     assert_eq!(bucket::release(&db.pool, "a", &extra).await.unwrap(), 512);
     let b = bucket::acquire(&db.pool, "b", &[], 600).await.unwrap();
     assert_eq!(b.len(), 512, "b takes what a handed over, and no more");

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use punctual_shared::bucket::{self, Held, BUCKETS};
+use punctual_shared::bucket::{self, Held, BUCKETS, NO_EPOCH};
 use punctual_shared::task::{self, ClaimedTask};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, RwLock, RwLockReadGuard};
@@ -24,9 +24,6 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-
-/// An epoch of a bucket not held.
-const NOT_HELD: i64 = -1;
 
 /// The buckets this scanner holds, as far as it knows.
 pub struct Ownership {
@@ -45,7 +42,7 @@ impl Ownership {
     pub fn new(owner: String) -> Self {
         Self {
             owner,
-            epochs: (0..BUCKETS).map(|_| AtomicI64::new(NOT_HELD)).collect(),
+            epochs: (0..BUCKETS).map(|_| AtomicI64::new(NO_EPOCH)).collect(),
             origin: Instant::now(),
             valid_until_ns: AtomicU64::new(0),
             writes: RwLock::new(()),
@@ -68,7 +65,7 @@ impl Ownership {
 
     /// Whether `bucket` is held now, at whatever epoch.
     pub fn holds_bucket(&self, bucket: i16) -> bool {
-        let held = self.epochs.get(bucket as usize).is_some_and(|e| e.load(Ordering::Acquire) != NOT_HELD);
+        let held = self.epochs.get(bucket as usize).is_some_and(|e| e.load(Ordering::Acquire) != NO_EPOCH);
         held && self.valid()
     }
 
@@ -86,7 +83,7 @@ impl Ownership {
     /// The buckets held now, at their epochs (none once the lease has run out).
     pub fn held(&self) -> Held {
         if !self.valid() {
-            return Held { owner: self.owner.clone(), ..Held::default() };
+            return Held::none(self.owner.clone());
         }
         Held::new(self.owner.clone(), &self.grants())
     }
@@ -98,7 +95,7 @@ impl Ownership {
             .enumerate()
             .filter_map(|(b, e)| {
                 let epoch = e.load(Ordering::Acquire);
-                (epoch != NOT_HELD).then_some((b as i16, epoch))
+                (epoch != NO_EPOCH).then_some((b as i16, epoch))
             })
             .collect()
     }
@@ -111,13 +108,13 @@ impl Ownership {
 
     fn revoke(&self, buckets: &[(i16, i64)]) {
         for (b, _) in buckets {
-            self.epochs[*b as usize].store(NOT_HELD, Ordering::Release);
+            self.epochs[*b as usize].store(NO_EPOCH, Ordering::Release);
         }
     }
 
     fn revoke_all(&self) {
         for e in &self.epochs {
-            e.store(NOT_HELD, Ordering::Release);
+            e.store(NO_EPOCH, Ordering::Release);
         }
     }
 

@@ -55,7 +55,7 @@ impl Retention {
         let mut deleted = 0;
         loop {
             let (writing, held) = self.ownership.for_writing().await;
-            if !held.buckets.contains(&RUNNER_BUCKET) {
+            if !held.holds(RUNNER_BUCKET) {
                 return Ok(deleted);
             }
             let batch = retention::prune_batch(&self.pool, &held, RUNNER_BUCKET, after, BATCH, self.keep).await?;
