@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod http_server;
 pub mod kafka;
+pub mod metric_registrar;
 pub mod ops;
 pub mod otlp;
 pub mod periodic;

@@ -1,6 +1,7 @@
 //! The admin service's metrics, defined in one place.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry};
+use punctual_shared::metric_registrar::MetricRegistrar;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -19,32 +20,25 @@ impl Metrics {
     /// when the namespaces are, hence the operator's choice: PUNCTUAL_METRICS_NAMESPACE_LABEL).
     pub fn new(by_namespace: bool) -> Self {
         let registry = Registry::new();
-        let timers_created =
-            IntCounter::new("punctual_timers_created_total", "Timers created through the API").expect("valid metric");
-        let http_requests = IntCounterVec::new(
-            Opts::new("punctual_http_requests_total", "API requests answered, by route template, method and status"),
+        let define = MetricRegistrar(&registry);
+        let timers_created = define.counter("punctual_timers_created_total", "Timers created through the API");
+        let http_requests = define.counter_vec(
+            "punctual_http_requests_total",
+            "API requests answered, by route template, method and status",
             &["route", "method", "status"],
-        )
-        .expect("valid metric");
-        let http_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "punctual_http_request_duration_seconds",
-                "Time to answer API requests, by route template",
-            )
-            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+        );
+        let http_duration = define.histogram_vec(
+            "punctual_http_request_duration_seconds",
+            "Time to answer API requests, by route template",
+            vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
             &["route", "method"],
-        )
-        .expect("valid metric");
+        );
         let labels: &[&str] = if by_namespace { &["state", "namespace"] } else { &["state"] };
-        let timers = IntGaugeVec::new(
-            Opts::new("punctual_timers", "Timers not deleted, by state: active, paused, invalid, finished"),
+        let timers = define.gauge_vec(
+            "punctual_timers",
+            "Timers not deleted, by state: active, paused, invalid, finished",
             labels,
-        )
-        .expect("valid metric");
-        registry.register(Box::new(timers_created.clone())).expect("unique metric");
-        registry.register(Box::new(http_requests.clone())).expect("unique metric");
-        registry.register(Box::new(http_duration.clone())).expect("unique metric");
-        registry.register(Box::new(timers.clone())).expect("unique metric");
+        );
         Self { registry, timers_created, http_requests, http_duration, timers }
     }
 }

@@ -1,6 +1,7 @@
 //! The scanner's metrics, defined in one place.
 
-use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use punctual_shared::metric_registrar::{with_values, MetricRegistrar};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -42,11 +43,8 @@ pub struct ClusterGauges {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let counter = |name: &str, help: &str| {
-            let c = IntCounter::new(name, help).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
-            c
-        };
+        let define = MetricRegistrar(&registry);
+        let counter = |name: &str, help: &str| define.counter(name, help);
         let planned = counter("punctual_tasks_planned_total", "Occurrences planned into task rows");
         let timers_invalid = counter("punctual_timers_invalid_total", "Timer rows marked invalid by the planner");
         let claimed = counter("punctual_tasks_claimed_total", "Tasks claimed for publishing");
@@ -71,63 +69,47 @@ impl Metrics {
             "punctual_tasks_reclaimed_total",
             "Tasks claimed again after their lease expired without them starting (scanner died or froze, message lost)",
         );
-        let misfired = IntCounterVec::new(
-            Opts::new("punctual_tasks_misfired_total", "Late occurrences cancelled by their timers' misfire policies"),
-            &["policy"],
-        )
-        .expect("valid metric");
-        for policy in ["skip", "fire_once", "fire_all"] {
-            misfired.with_label_values(&[policy]);
-        }
-        registry.register(Box::new(misfired.clone())).expect("unique metric");
-        let gauge = |name: &str, help: &str| {
-            let g = IntGauge::new(name, help).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
-            g
-        };
-        let seconds = |name: &str, help: &str| {
-            let g = Gauge::new(name, help).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
-            g
-        };
+        let misfired = with_values(
+            define.counter_vec(
+                "punctual_tasks_misfired_total",
+                "Late occurrences cancelled by their timers' misfire policies",
+                &["policy"],
+            ),
+            &["skip", "fire_once", "fire_all"],
+        );
         let cluster = ClusterGauges {
-            due_backlog: gauge(
+            due_backlog: define.gauge(
                 "punctual_tasks_due_backlog",
                 "Occurrences due over a second ago and not yet claimed for publishing (from the scanner holding bucket 0)",
             ),
-            due_oldest_seconds: seconds(
+            due_oldest_seconds: define.float_gauge(
                 "punctual_tasks_due_oldest_seconds",
                 "How long the oldest occurrence counted in punctual_tasks_due_backlog has been due",
             ),
-            planner_lead_seconds: seconds(
+            planner_lead_seconds: define.float_gauge(
                 "punctual_planner_lead_seconds",
                 "How far ahead the plans of active timers reach: the earliest time one must be planned again, \
                  minus now (negative: the planner is behind)",
             ),
-            buckets_unowned: gauge("punctual_buckets_unowned", "Buckets whose owner is not a live scanner"),
-            scanners_live: gauge("punctual_scanners_live", "Scanners whose membership lease is live"),
-            read_at: seconds(
+            buckets_unowned: define.gauge("punctual_buckets_unowned", "Buckets whose owner is not a live scanner"),
+            scanners_live: define.gauge("punctual_scanners_live", "Scanners whose membership lease is live"),
+            read_at: define.float_gauge(
                 "punctual_cluster_figures_read_timestamp_seconds",
                 "When this scanner last read the cluster's figures (Unix time; 0 unless it holds bucket 0)",
             ),
         };
-        let held = gauge("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel");
-        let buckets_held = gauge("punctual_buckets_held", "Buckets this scanner holds (of 1,024)");
-        let publish_lag = Histogram::with_opts(
-            HistogramOpts::new(
-                "punctual_publish_lag_seconds",
-                "Publish time minus the time to publish (the due time less the publish lead)",
-            )
-            .buckets(punctual_shared::ops::lag_buckets()),
-        )
-        .expect("valid metric");
-        registry.register(Box::new(publish_lag.clone())).expect("unique metric");
-        let scan_seconds = Histogram::with_opts(
-            HistogramOpts::new("punctual_scan_duration_seconds", "Duration of one scanner pass: plan, sweeps, claim")
-                .buckets(punctual_shared::ops::lag_buckets()),
-        )
-        .expect("valid metric");
-        registry.register(Box::new(scan_seconds.clone())).expect("unique metric");
+        let held = define.gauge("punctual_wheel_held_tasks", "Claimed tasks held in the timing wheel");
+        let buckets_held = define.gauge("punctual_buckets_held", "Buckets this scanner holds (of 1,024)");
+        let publish_lag = define.histogram(
+            "punctual_publish_lag_seconds",
+            "Publish time minus the time to publish (the due time less the publish lead)",
+            punctual_shared::ops::lag_buckets(),
+        );
+        let scan_seconds = define.histogram(
+            "punctual_scan_duration_seconds",
+            "Duration of one scanner pass: plan, sweeps, claim",
+            punctual_shared::ops::lag_buckets(),
+        );
         Self {
             registry,
             planned,
