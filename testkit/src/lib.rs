@@ -11,6 +11,7 @@ pub mod extreme_values;
 pub mod load;
 pub mod process;
 pub mod prometheus;
+pub mod repeats;
 pub mod servers;
 pub mod sink;
 pub mod stack;

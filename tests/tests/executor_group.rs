@@ -4,12 +4,12 @@
 //! others take its partitions over. Each prints how soon firing resumed, and audits every
 //! occurrence: nothing lost, repeats only of calls in flight at the kill.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use punctual_executor::group_watch::{describe, GroupView};
 use punctual_testkit::load::{until, Load};
+use punctual_testkit::repeats::Repeats;
 use punctual_testkit::stack::metric_value;
 use punctual_testkit::{eventually, kafka_brokers, unique_name, Behaviour, Sink, Stack};
 use rdkafka::consumer::BaseConsumer;
@@ -25,25 +25,6 @@ const CALL: Duration = Duration::from_millis(300);
 /// How long before a kill a call may have begun and still be in flight: its own length,
 /// and the write-back of its outcome, which goes in batches and waits for Postgres.
 const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
-
-/// The keys called more than once, each with how long before `killed_at` its first call
-/// arrived (negative: after).
-fn repeats(sink: &Sink, killed_at: DateTime<Utc>) -> Vec<(String, i64)> {
-    let mut first: HashMap<String, DateTime<Utc>> = HashMap::new();
-    let mut repeated = HashSet::new();
-    for c in sink.calls() {
-        let Some(key) = c.idempotency_key.clone() else { continue };
-        match first.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                repeated.insert(e.key().clone());
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(c.received_at);
-            }
-        }
-    }
-    repeated.into_iter().map(|k| ((killed_at - first[&k]).num_milliseconds(), k)).map(|(ms, k)| (k, ms)).collect()
-}
 
 /// How long after `since` the sink received its first call.
 async fn first_call_after(sink: &Sink, since: DateTime<Utc>) -> Duration {
@@ -63,23 +44,6 @@ fn group_view(stack: &Stack) -> GroupView {
         .expect("observer");
     let group = stack.env.iter().find(|(k, _)| *k == "PUNCTUAL_EXECUTOR_GROUP").map(|(_, v)| v.clone()).unwrap();
     describe(&observer, &group, &stack.topic).expect("group described")
-}
-
-/// Only calls in flight at the kill are repeated: each repeated key's first call began
-/// within [`IN_FLIGHT`] before it.
-fn audit_repeats(sink: &Sink, killed_at: DateTime<Utc>) {
-    let repeated = repeats(sink, killed_at);
-    let earliest = repeated.iter().map(|(_, ms)| *ms).max();
-    let latest = repeated.iter().map(|(_, ms)| *ms).min();
-    println!(
-        "repeated: {} (their first calls began {:?} to {:?} ms before the kill)",
-        repeated.len(),
-        latest,
-        earliest
-    );
-    let outside: Vec<_> =
-        repeated.iter().filter(|(_, ms)| *ms < 0 || *ms > IN_FLIGHT.as_millis() as i64).take(5).collect();
-    assert!(outside.is_empty(), "repeated calls that were not in flight at the kill: {outside:?}");
 }
 
 /// Under load, kills the executor at the load's second `kill_at` and starts it again
@@ -102,7 +66,7 @@ async fn kill_and_restart(settings: &[(&'static str, String)], kill_at: i64, dow
     println!("down {:.1} s; firing resumed {:.2} s after the restart", down.as_secs_f64(), resumed.as_secs_f64());
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
-    audit_repeats(&sink, killed_at);
+    Repeats::of(&sink.calls(), killed_at).assert_in_flight(IN_FLIGHT);
     assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the restart");
 }
 
@@ -149,7 +113,7 @@ async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_ti
     println!("partitions moved to the live executors {:.2} s after the kill: {after:?}", moved.as_secs_f64());
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
-    audit_repeats(&sink, killed_at);
+    Repeats::of(&sink.calls(), killed_at).assert_in_flight(IN_FLIGHT);
     // Within the session timeout, plus the rebalance itself and this test's polling.
     assert!(moved <= session + Duration::from_secs(5), "took {moved:?}");
     for live in [&second, &third] {

@@ -5,13 +5,14 @@
 //! occurrence must reach the sink; the only repeats allowed are calls the killed executor
 //! had in flight. Prints lost, repeated, each takeover's time and the largest lag.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use punctual_executor::group_watch::{describe, GroupView};
 use punctual_shared::timer::task_identity;
 use punctual_testkit::load::{until, Load};
+use punctual_testkit::repeats::Repeats;
 use punctual_testkit::stack::metric_value;
 use punctual_testkit::{kafka_brokers, unique_name, Behaviour, ServiceProcess, Sink, Stack};
 use rdkafka::consumer::BaseConsumer;
@@ -26,9 +27,6 @@ const CALL: Duration = Duration::from_millis(300);
 /// How long before the kill a repeated call's first call may have begun: its length, and
 /// the write-back of its outcome.
 const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
-/// How long after it was sent a call may reach the sink's clock: a call the killed executor
-/// made just before its death can be recorded just after it.
-const SINK_DELAY_MS: i64 = 50;
 /// Each takeover must be done within this.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
 /// The largest lag allowed, first calls only.
@@ -201,31 +199,25 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let calls = sink.calls();
-    let mut counts: HashMap<String, usize> = HashMap::new();
-    let mut first: HashMap<String, DateTime<Utc>> = HashMap::new();
+    let mut called: HashSet<&str> = HashSet::new();
     let mut largest_lag = chrono::Duration::zero();
     for c in &calls {
-        let Some(key) = c.idempotency_key.clone() else { continue };
-        *counts.entry(key.clone()).or_default() += 1;
-        if let std::collections::hash_map::Entry::Vacant(e) = first.entry(key) {
+        let Some(key) = c.idempotency_key.as_deref() else { continue };
+        if called.insert(key) {
             if let Some(at) = c.scheduled_at() {
                 largest_lag = largest_lag.max(c.received_at - at);
             }
-            e.insert(c.received_at);
         }
     }
-    let lost: Vec<&String> = expected.iter().filter(|k| !counts.contains_key(*k)).collect();
-    let unexpected = counts.keys().filter(|k| !expected.contains(*k)).count();
-    let repeated: Vec<(&String, i64)> =
-        counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| (k, (killed_at - first[k]).num_milliseconds())).collect();
-    let not_in_flight: Vec<_> =
-        repeated.iter().filter(|(_, ms)| *ms < -SINK_DELAY_MS || *ms > IN_FLIGHT.as_millis() as i64).take(5).collect();
+    let lost: Vec<&String> = expected.iter().filter(|k| !called.contains(k.as_str())).collect();
+    let unexpected = called.iter().filter(|k| !expected.contains(**k)).count();
+    let repeats = Repeats::of(&calls, killed_at);
     println!(
         "expected {}, lost {}, repeated {} ({} not in flight at the executor kill), unexpected {unexpected}",
         expected.len(),
         lost.len(),
-        repeated.len(),
-        not_in_flight.len()
+        repeats.len(),
+        repeats.not_in_flight(IN_FLIGHT).len()
     );
     for (what, took) in &takeovers {
         println!("takeover: {what} in {:.2} s", took.as_secs_f64());
@@ -234,7 +226,7 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
 
     assert!(all_seen && lost.is_empty(), "lost {}: {:?}", lost.len(), lost.iter().take(5).collect::<Vec<_>>());
     assert_eq!(unexpected, 0);
-    assert!(not_in_flight.is_empty(), "repeated calls that were not in flight at the executor kill: {not_in_flight:?}");
+    repeats.assert_in_flight(IN_FLIGHT);
     for (what, took) in &takeovers {
         assert!(*took <= TAKEOVER_BOUND, "{what}: {took:?}");
     }
