@@ -199,7 +199,13 @@ impl Authenticator {
     fn count_failure(&self, peer: Option<IpAddr>) {
         if let (Some(failed), Some(peer)) = (&self.failed, peer) {
             if failed.failed(peer).is_some() {
-                tracing::warn!(%peer, "too many requests without a valid API key: this address is refused for a while");
+                let client = crate::failed_auth::client_of(peer);
+                tracing::warn!(
+                    %peer,
+                    %client,
+                    "too many requests without a valid API key: this client (an IPv6 address's whole /64) is \
+                     refused for a while"
+                );
             }
         }
     }
