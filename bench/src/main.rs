@@ -292,6 +292,7 @@ impl Sweep {
             let mut run = scenarios::sustained(&env, rate, warmup, duration, scanners, executors).await?;
             let after = self.claim_beside(&env).await?;
             run.claim_beside_per_s = before.zip(after).map(|(before, after)| [before, after]);
+            run.claim_beside_rows = self.claim_rows;
             runs.push(run);
         }
         runs.sort_by_key(|r| r.rate);

@@ -82,6 +82,14 @@ impl Results {
         if let Some(warmup_s) = self.sustained.iter().map(|r| r.warmup_s).max().filter(|w| *w > 0) {
             let _ = writeln!(md, "\nEach rate is measured after {warmup_s} s of the same load (warm-up).");
         }
+        if let Some(rows) =
+            self.sustained.iter().chain(&self.scale_out).map(|r| r.claim_beside_rows).max().filter(|n| *n > 0)
+        {
+            let _ = writeln!(
+                md,
+                "\nEach rate is compared with the higher of two claim baselines of {rows} rows taken on its Postgres just before and just after it (× claim beside: the ratio, then the two in rows/s)."
+            );
+        }
         if !self.sustained.is_empty() {
             let _ = writeln!(
                 md,
@@ -395,6 +403,7 @@ mod tests {
             executors: 1,
             achieved_per_s: f64::from(rate),
             claim_beside_per_s: Some(beside),
+            claim_beside_rows: 200_000,
             ..Default::default()
         };
         let results = Results {
@@ -407,6 +416,7 @@ mod tests {
         assert_eq!(results.best_sustained().and_then(LoadResult::claim_ratio), Some(0.75));
         let md = results.markdown();
         assert!(md.contains("| 0.40 (20000, 25000) |"), "{md}");
+        assert!(md.contains("two claim baselines of 200000 rows"), "{md}");
         assert!(
             md.contains("12000 fires/s = 0.75 × the claim baseline measured beside it (the higher of 16000 rows/s before and 15000 after)"),
             "{md}"

@@ -62,6 +62,8 @@ pub struct LoadResult {
     /// just after it, rows/s: the host's speed drifts by half within minutes, so a ratio
     /// needs a baseline taken beside its rate.
     pub claim_beside_per_s: Option<[f64; 2]>,
+    /// Rows each of those baselines claimed.
+    pub claim_beside_rows: i64,
 }
 
 impl LoadResult {
@@ -209,6 +211,7 @@ pub async fn steady_load(
         top_statements: top_statements(&stack.db.pool, 8).await,
         cpu_per_fire: cpu_after.per_fire(cpu_before, delivered),
         claim_beside_per_s: None,
+        claim_beside_rows: 0,
     })
 }
 
