@@ -340,19 +340,34 @@ fn best_of<'a>(runs: impl IntoIterator<Item = &'a LoadResult>) -> Option<&'a Loa
 
 /// The next sustained rate to try to narrow down the highest one of `runs` ([`next_rate`]).
 pub fn next_rate_to_try(runs: &[LoadResult]) -> Option<u32> {
-    next_rate(&runs.iter().map(|r| (r.rate, r.is_sustained())).collect::<Vec<_>>())
+    next_rate(
+        &runs
+            .iter()
+            .map(|r| Tried { rate: r.rate, delivered_per_s: r.achieved_per_s, sustained: r.is_sustained() })
+            .collect::<Vec<_>>(),
+    )
 }
 
-/// Given the rates tried and whether each was sustained: halfway between the highest rate
-/// sustained and the lowest rate above it that was not, or a quarter above the highest if
-/// none above failed, or half the lowest rate tried if none was sustained; rounded down to
-/// 500 fires/s. None when the gap is 500 fires/s or less, or nothing was tried.
-fn next_rate(tried: &[(u32, bool)]) -> Option<u32> {
-    let Some(best) = tried.iter().filter(|(_, ok)| *ok).map(|(rate, _)| *rate).max() else {
-        let lowest = tried.iter().map(|(rate, _)| *rate).min()?;
-        return Some(lowest / 2 / 500 * 500).filter(|next| *next >= 500);
+/// A rate tried: offered, delivered a second, and whether it was sustained.
+struct Tried {
+    rate: u32,
+    delivered_per_s: f64,
+    sustained: bool,
+}
+
+/// Halfway between the highest rate sustained and the lowest rate above it that was not,
+/// or a quarter above the highest if none above failed; if none was sustained, three
+/// quarters of the least any rate delivered a second (the pace the stack kept at worst,
+/// seconds late) or of the lowest rate tried. Rounded down to 500 fires/s. None when the
+/// gap is 500 fires/s or less, or nothing was tried.
+fn next_rate(tried: &[Tried]) -> Option<u32> {
+    let Some(best) = tried.iter().filter(|t| t.sustained).map(|t| t.rate).max() else {
+        let lowest = tried.iter().map(|t| t.rate).min()?;
+        let kept_up = tried.iter().map(|t| t.delivered_per_s).fold(f64::from(lowest), f64::min);
+        let next = (kept_up * 0.75) as u32 / 500 * 500;
+        return Some(next).filter(|next| *next >= 500 && *next < lowest);
     };
-    let failed_above = tried.iter().filter(|(rate, ok)| !ok && *rate > best).map(|(rate, _)| *rate).min();
+    let failed_above = tried.iter().filter(|t| !t.sustained && t.rate > best).map(|t| t.rate).min();
     let next = match failed_above {
         Some(failed) => (best + failed) / 2,
         None => best + best / 4,
@@ -380,18 +395,25 @@ mod tests {
         assert_eq!(Results::default().claim_reference_per_s(), None);
     }
 
+    /// Rates tried, each delivered in full.
+    fn tried(rates: &[(u32, bool)]) -> Vec<Tried> {
+        rates.iter().map(|&(rate, sustained)| Tried { rate, delivered_per_s: f64::from(rate), sustained }).collect()
+    }
+
     #[test]
-    fn the_next_rate_halves_the_gap_climbs_a_quarter_or_halves_the_lowest() {
-        let tried = [(7_500, true), (10_000, true), (12_500, false), (15_000, false)];
-        assert_eq!(next_rate(&tried), Some(11_000));
-        assert_eq!(next_rate(&[(10_000, true), (11_000, true), (12_500, false)]), Some(11_500));
-        assert_eq!(next_rate(&[(11_000, true), (11_500, false)]), None);
-        assert_eq!(next_rate(&[(20_000, true), (25_000, true)]), Some(31_000));
+    fn the_next_rate_halves_the_gap_climbs_a_quarter_or_falls_below_what_was_kept_up() {
+        assert_eq!(next_rate(&tried(&[(7_500, true), (10_000, true), (12_500, false), (15_000, false)])), Some(11_000));
+        assert_eq!(next_rate(&tried(&[(10_000, true), (11_000, true), (12_500, false)])), Some(11_500));
+        assert_eq!(next_rate(&tried(&[(11_000, true), (11_500, false)])), None);
+        assert_eq!(next_rate(&tried(&[(20_000, true), (25_000, true)])), Some(31_000));
         // A rate sustained above one that was not (the host sped up) is what counts.
-        assert_eq!(next_rate(&[(10_000, false), (12_500, true)]), Some(15_500));
-        // Nothing sustained: half the lowest rate tried.
-        assert_eq!(next_rate(&[(11_000, false), (13_500, false)]), Some(5_500));
-        assert_eq!(next_rate(&[(900, false)]), None);
+        assert_eq!(next_rate(&tried(&[(10_000, false), (12_500, true)])), Some(15_500));
+        // Nothing sustained, everything delivered late: three quarters of the lowest rate.
+        assert_eq!(next_rate(&tried(&[(17_500, false), (20_000, false)])), Some(13_000));
+        // Nothing sustained, and a rate delivered at a slower pace: three quarters of that.
+        let fell_behind = Tried { rate: 17_500, delivered_per_s: 12_032.0, sustained: false };
+        assert_eq!(next_rate(&[tried(&[(12_500, false)]).remove(0), fell_behind]), Some(9_000));
+        assert_eq!(next_rate(&tried(&[(600, false)])), None);
         assert_eq!(next_rate(&[]), None);
     }
 
