@@ -49,6 +49,14 @@ impl Held {
         Self { owner: owner.into(), epochs_by_bucket }
     }
 
+    /// From the epoch of every bucket in turn ([`NO_EPOCH`] for those not held); buckets
+    /// past [`BUCKETS`] are ignored, and missing ones are not held.
+    pub fn from_epochs(owner: impl Into<String>, epochs: impl IntoIterator<Item = i64>) -> Self {
+        let mut epochs_by_bucket: Vec<i64> = epochs.into_iter().take(BUCKETS as usize).collect();
+        epochs_by_bucket.resize(BUCKETS as usize, NO_EPOCH);
+        Self { owner: owner.into(), epochs_by_bucket }
+    }
+
     /// Holding nothing.
     pub fn none(owner: impl Into<String>) -> Self {
         Self::new(owner, &[])

@@ -85,7 +85,7 @@ impl Ownership {
         if !self.valid() {
             return Held::none(self.owner.clone());
         }
-        Held::new(self.owner.clone(), &self.grants())
+        Held::from_epochs(self.owner.clone(), self.epochs.iter().map(|e| e.load(Ordering::Acquire)))
     }
 
     /// Every bucket this scanner thinks it holds, valid or not.
