@@ -55,7 +55,8 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         rates: Option<Vec<u32>>,
         /// Sustained rates tried beyond the listed ones to narrow down the highest sustained
-        /// (halving the gap to the lowest rate not sustained, or a quarter higher if all were).
+        /// (halving the gap to the lowest rate not sustained, a quarter higher if all were, or
+        /// three quarters of the slowest pace delivered if none was).
         #[arg(long, default_value_t = 3)]
         refine: u32,
         #[command(flatten)]
@@ -81,7 +82,7 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         refine: u32,
         /// Rows of the claim baseline taken just before and just after each rate (0: none).
-        #[arg(long, default_value_t = CLAIM_BESIDE_ROWS)]
+        #[arg(long, default_value_t = CLAIM_ROWS)]
         claim_rows: i64,
         #[command(flatten)]
         load: LoadShape,
@@ -113,7 +114,7 @@ enum Command {
     },
     /// Raw claim throughput of Postgres with Punctual's schema and claim statement.
     ClaimBaseline {
-        #[arg(long, default_value_t = 200_000)]
+        #[arg(long, default_value_t = CLAIM_ROWS)]
         rows: i64,
         /// Rows per claim statement (the scanner's PUNCTUAL_CLAIM_BATCH).
         #[arg(long, default_value_t = CLAIM_BATCH)]
@@ -189,9 +190,9 @@ const WARMUP_S: u32 = 15;
 /// Rows per claim statement in the claim baselines: the scanner's default PUNCTUAL_CLAIM_BATCH.
 const CLAIM_BATCH: i64 = 5_000;
 
-/// Rows of the claim baseline taken beside each sustained rate: as many as in the baselines
-/// taken before and after a run, so that all of them measure the same thing.
-const CLAIM_BESIDE_ROWS: i64 = 200_000;
+/// Rows of a claim baseline: the one before and after a run, the one beside each of its
+/// rates and `claim-baseline`'s default, so that all of them measure the same thing.
+const CLAIM_ROWS: i64 = 200_000;
 
 /// mimalloc rather than glibc's allocator: the hot paths allocate per message and per
 /// call from many threads, and glibc's malloc and free were a fifth of the executor's CPU
@@ -245,9 +246,9 @@ async fn sweep(out: &std::path::Path, sweep: Sweep, servers: Servers) -> anyhow:
         ..Default::default()
     };
     results.claim_baseline_before =
-        Some(baselines::claim(&servers.clone().start().database_server, 200_000, CLAIM_BATCH).await?);
+        Some(baselines::claim(&servers.clone().start().database_server, CLAIM_ROWS, CLAIM_BATCH).await?);
     results.sustained = sweep.run(&servers).await?;
-    results.claim_baseline = Some(baselines::claim(&servers.start().database_server, 200_000, CLAIM_BATCH).await?);
+    results.claim_baseline = Some(baselines::claim(&servers.start().database_server, CLAIM_ROWS, CLAIM_BATCH).await?);
     results.write(out)?;
     println!("\n{}", results.markdown());
     println!("results written to {}", out.display());
@@ -325,7 +326,7 @@ async fn run(
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         ..Default::default()
     };
-    let (claim_rows, messages) = if smoke { (20_000, 20_000) } else { (200_000, 1_000_000) };
+    let (claim_rows, messages) = if smoke { (20_000, 20_000) } else { (CLAIM_ROWS, 1_000_000) };
     let rates = rates.unwrap_or_else(|| {
         if smoke {
             vec![200]
@@ -345,7 +346,7 @@ async fn run(
             rates,
             refine,
             load: LoadShape { warmup: WARMUP_S, duration: 30, scanners: 1, executors: 1 },
-            claim_rows: CLAIM_BESIDE_ROWS,
+            claim_rows: CLAIM_ROWS,
         }
     };
     results.claim_baseline_before =
