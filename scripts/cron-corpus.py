@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes shared/tests/data/cron_corpus.json: the fire times of crontab expressions, across
 real DST transitions, as cronsim (an independent implementation of Debian cron's rules)
-computes them. shared/tests/cron_corpus.rs checks Punctual's schedule against it.
+computes them. shared/tests/it/cron_corpus.rs checks Punctual's schedule against it.
 
 Run once, by hand, when the corpus changes (the data is committed):
     python3 -m venv /tmp/cronsim && /tmp/cronsim/bin/pip install cronsim==2.9
@@ -43,7 +43,7 @@ EXPRESSIONS = [
     "0 8 * * 5L",
     "0 0 29 2 *",
     "*/30 * * * * *",
-    # Listed differences (shared/tests/cron_corpus.rs, DIFFERENCES):
+    # Listed differences (shared/tests/it/cron_corpus.rs, DIFFERENCES):
     "0 1-3 * * *",
     "0 0 */10 * MON",
 ]

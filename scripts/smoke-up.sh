@@ -5,7 +5,6 @@
 # the defaults is not disturbed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 export PUNCTUAL_UP_PG_PORT=$(free_port) PUNCTUAL_UP_BROKER_PORT=$(free_port)
@@ -17,9 +16,9 @@ export PUNCTUAL_RUN_DIR=$(mktemp -d /tmp/punctual-smoke.XXXXXX)
 
 fail() { echo "smoke-up: FAILED: $*"; scripts/down.sh >/dev/null 2>&1 || true; exit 1; }
 
-scripts/up.sh >/tmp/punctual-smoke-up.log 2>&1 || { cat /tmp/punctual-smoke-up.log; fail "make up"; }
+scripts/up.sh >"$PUNCTUAL_RUN_DIR/up.log" 2>&1 || { cat "$PUNCTUAL_RUN_DIR/up.log"; fail "make up"; }
 id=$(cat "$PUNCTUAL_RUN_DIR/demo-timer.id")
-grep -q '^API key: pct_' /tmp/punctual-smoke-up.log || fail "make up did not print the API key"
+grep -q '^API key: pct_' "$PUNCTUAL_RUN_DIR/up.log" || fail "make up did not print the API key"
 auth=(-H "Authorization: Bearer $(cat "$PUNCTUAL_RUN_DIR/api-key")")
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$PUNCTUAL_ADMIN_ADDR/v1/timers")" = 401 ] || fail "the API answers without a key"
 succeeded() {
@@ -28,20 +27,24 @@ succeeded() {
 }
 first=$(succeeded)
 [ "$first" -ge 1 ] || fail "the demo timer has not fired"
-scripts/up.sh >/tmp/punctual-smoke-up.log 2>&1 || { cat /tmp/punctual-smoke-up.log; fail "second make up"; }
+scripts/up.sh >"$PUNCTUAL_RUN_DIR/up.log" 2>&1 || { cat "$PUNCTUAL_RUN_DIR/up.log"; fail "second make up"; }
 # The CLI it prints, with the key it printed.
 PUNCTUAL_ADDR="http://$PUNCTUAL_ADMIN_ADDR" PUNCTUAL_API_KEY="$(cat "$PUNCTUAL_RUN_DIR/api-key")" \
   target/debug/punctual timer list --namespace demo | grep -q every-5-seconds || fail "punctual timer list"
 count=$(curl -fsS "${auth[@]}" "http://$PUNCTUAL_ADMIN_ADDR/v1/timers?namespace=demo" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["timers"]))')
 [ "$count" = 1 ] || fail "a second make up left $count demo timers"
-sleep 6
+# It fires every 5 s: another success within 15 s.
+for _ in $(seq 1 75); do [ "$(succeeded)" -gt "$first" ] && break; sleep 0.2; done
 [ "$(succeeded)" -gt "$first" ] || fail "the demo timer stopped firing"
 echo "smoke-up: demo timer $id fired $(succeeded) times"
 
+# What this `make up` started, by the pids it wrote (other Punctual processes, a test
+# suite's, may be running beside it).
+pids=$(cat "$PUNCTUAL_RUN_DIR"/*.pid 2>/dev/null || true)
 scripts/down.sh >/dev/null
-sleep 1
-left=$(pgrep -f "$root/target/debug/punctual-" || true)
-[ -z "$left" ] || fail "processes left behind: $left"
+left=
+for pid in $pids; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done
+[ -z "$left" ] || fail "processes left behind:$left"
 # Kafka's JVM runs kafka.Kafka with the run folder's server.properties.
 if [ -f "$PUNCTUAL_RUN_DIR/broker.pid" ] || pgrep -f "kafka\.Kafka $PUNCTUAL_RUN_DIR/" >/dev/null; then fail "broker left running"; fi
 if pgrep -f "postgres.*-p $PUNCTUAL_UP_PG_PORT" >/dev/null; then fail "postgres left running"; fi

@@ -107,7 +107,16 @@ pub fn kafka_config(partitions: i32) -> KafkaConfig {
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` with `what`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_or(timeout, check).await.unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for: {what}"))
+}
+
+/// Polls `check` every 100 ms until it returns `Some`; `None` after `timeout`.
+pub async fn eventually_or<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -115,10 +124,10 @@ where
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
         if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

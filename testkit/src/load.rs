@@ -47,8 +47,8 @@ impl Load {
         self.timers.iter().flat_map(|id| (0..self.seconds).map(move |s| task_identity(*id, self.at(s)))).collect()
     }
 
-    /// Waits until every due occurrence has called the sink (or `timeout`), then a little
-    /// longer for duplicates, and counts.
+    /// Waits until every due occurrence has called the sink (or `timeout`), then until
+    /// no repeat can still come ([`Stack::wait_settled`]), and counts.
     pub async fn audit(&self, stack: &Stack, sink: &Sink, timeout: Duration) -> Audit {
         self.audit_calls(stack, || sink.calls(), timeout).await
     }
@@ -92,8 +92,8 @@ impl Load {
 
     /// As `audit`, over the calls `calls` returns (several sinks, e.g.).
     pub async fn audit_calls(&self, stack: &Stack, calls: impl Fn() -> Vec<Call>, timeout: Duration) -> Audit {
-        if self.wait_for_all(&calls, timeout, || {}).await {
-            tokio::time::sleep(Duration::from_secs(3)).await;
+        if self.wait_for_all(&calls, timeout, || {}).await && !stack.wait_settled(Some(&self.timers)).await {
+            println!("the load had not settled: audited as it is");
         }
         let expected = self.expected();
         let mut counts: HashMap<String, usize> = HashMap::new();

@@ -76,6 +76,11 @@ impl ServiceProcess {
         self.child = Some(child);
     }
 
+    /// Whether this is an instance of `binary` (e.g. "punctual-executor").
+    pub fn is(&self, binary: &str) -> bool {
+        self.binary.file_name().is_some_and(|name| name == binary)
+    }
+
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

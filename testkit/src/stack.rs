@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use uuid::Uuid;
 
 use crate::{kafka_brokers, unique_name, ServiceProcess, TestDb};
 
@@ -122,6 +123,48 @@ impl Stack {
             .expect("admin reachable");
         let v: Value = r.json().await.expect("JSON answer");
         v["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (30 s at most) until no further call can come of what is due: every
+    /// occurrence due by now (of `timers`, or of every timer) is finished in the database
+    /// (succeeded, dead or cancelled), and no executor that answers has a call in flight (a
+    /// redelivered occurrence can be running on a second executor while the first writes
+    /// its outcome). Returns whether it settled; a test asserts on what it then sees.
+    pub async fn wait_settled(&self, timers: Option<&[Uuid]>) -> bool {
+        crate::eventually_or(Duration::from_secs(30), || async {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tasks
+                  WHERE ($1::uuid[] IS NULL OR timer_id = ANY($1)) AND due_at <= now()
+                    AND status NOT IN ('succeeded', 'dead', 'cancelled')",
+            )
+            .bind(timers)
+            .fetch_one(&self.db.pool)
+            .await
+            .ok()?;
+            if open > 0 {
+                return None;
+            }
+            for executor in self.executors() {
+                if self.in_flight(executor).await.unwrap_or(0.0) > 0.0 {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+        .is_some()
+    }
+
+    /// The executors started, the first and those added, running or not.
+    pub fn executors(&self) -> impl Iterator<Item = &ServiceProcess> {
+        std::iter::once(&self.executor).chain(self.more.iter().filter(|p| p.is("punctual-executor")))
+    }
+
+    /// An executor's calls in flight (`punctual_tasks_in_flight`); `None` when it does not
+    /// answer within a second (killed, frozen or stopped).
+    pub async fn in_flight(&self, executor: &ServiceProcess) -> Option<f64> {
+        let answer = self.http.get(executor.url("/metrics")).timeout(Duration::from_secs(1)).send().await.ok()?;
+        metric_value(&answer.text().await.ok()?, "punctual_tasks_in_flight")
     }
 
     /// The text of a service's `/metrics`.

@@ -31,7 +31,7 @@ async fn retries_back_off_then_succeed_with_the_same_key() {
     let id = one_shot(&stack, &sink, "/flaky", json!({"max_attempts": 4, "initial_ms": 600, "multiplier": 2.0})).await;
 
     eventually(Duration::from_secs(20), "three calls", || async { (sink.calls().len() >= 3).then_some(()) }).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(stack.wait_settled(None).await, "the occurrence finished\n{}", dump_logs(&stack));
     let calls = sink.calls_to("/flaky");
     assert_eq!(calls.len(), 3, "two failures, then success, then nothing\n{}", dump_logs(&stack));
     assert!(calls.iter().all(|c| c.idempotency_key == calls[0].idempotency_key), "one identity for every attempt");
@@ -168,7 +168,7 @@ async fn a_triggered_timer_runs_now_once() {
     })
     .await;
     assert_eq!(calls[0].idempotency_key.as_deref(), triggered["idempotency_key"].as_str());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(stack.wait_settled(None).await, "the occurrence finished\n{}", dump_logs(&stack));
     assert_eq!(sink.calls_to("/now").len(), 1, "once");
     let succeeded: Vec<Value> = stack.runs(id).await.into_iter().filter(|r| r["status"] == "succeeded").collect();
     assert_eq!(succeeded.len(), 1, "{succeeded:?}");

@@ -3,8 +3,8 @@
 //! callback the sink received against every occurrence that was due. Each test prints its
 //! counts of lost and duplicated occurrences.
 //!
-//! The tests take a lock so that only one runs at a time: each one's timing assumes the
-//! machine is not also busy with another fault.
+//! They share the `faults` test group of .config/nextest.toml: each one's timing assumes
+//! the machine is not also busy with another fault.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -15,10 +15,7 @@ use punctual_testkit::load::{until, Load};
 use punctual_testkit::servers::{Broker, PgServer};
 use punctual_testkit::stack::dump_logs;
 use punctual_testkit::{eventually, kafka_brokers, Behaviour, Sink, Stack};
-use tokio::sync::Mutex;
 use uuid::Uuid;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// Settings that make recovery quick enough to test: short leases and session timeouts.
 fn fast_recovery() -> Vec<(&'static str, String)> {
@@ -34,7 +31,6 @@ const SECONDS: i64 = 15;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scanner_killed_mid_window_loses_nothing_and_duplicates_nothing() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let mut stack = Stack::start(&fast_recovery()).await;
     let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
@@ -51,7 +47,6 @@ async fn scanner_killed_mid_window_loses_nothing_and_duplicates_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     // Slow callbacks: when the executor dies, some are in flight.
     sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
@@ -91,7 +86,6 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
 /// supervisor, as the next one does, and forgives only that exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restarted_with_durable_storage_loses_nothing() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let broker = Broker::start(true);
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
@@ -125,7 +119,6 @@ async fn broker_restarted_with_durable_storage_loses_nothing() {
 /// what it restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_that_forgets_everything_loses_nothing() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let broker = Broker::start(false);
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
@@ -164,7 +157,6 @@ async fn broker_that_forgets_everything_loses_nothing() {
 /// creates the topic again, so that what is claimed again can be published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_tasks_topic_is_created_again_by_the_scanner() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let stack = Stack::start(&[]).await;
     let brokers = kafka_brokers();
     assert!(punctual_testkit::topic_exists(&brokers, &stack.topic).await);
@@ -183,7 +175,6 @@ async fn a_lost_tasks_topic_is_created_again_by_the_scanner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_services_reconnect_and_lose_nothing() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let pg = PgServer::start();
     let sink = Sink::start().await;
     let stack = Stack::start_on(&pg.url(), &kafka_brokers(), &fast_recovery()).await;
@@ -198,7 +189,6 @@ async fn postgres_restarted_services_reconnect_and_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let addr = sink.addr;
     let stack = Stack::start(&fast_recovery()).await;
@@ -227,7 +217,6 @@ async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_scanner_loses_its_claims_and_does_not_publish_them_when_thawed() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let stack = Stack::start(&fast_recovery()).await;
     let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
@@ -254,7 +243,6 @@ async fn a_frozen_scanner_loses_its_claims_and_does_not_publish_them_when_thawed
 /// after PUNCTUAL_LEASE_MS and they are claimed and published again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_whose_messages_the_broker_lost_are_published_again() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     let stack = Stack::start(&fast_recovery()).await;
     let timer: Uuid = sqlx::query_scalar(

@@ -13,9 +13,6 @@ use punctual_testkit::repeats::Repeats;
 use punctual_testkit::stack::metric_value;
 use punctual_testkit::{eventually, kafka_brokers, unique_name, Behaviour, Sink, Stack};
 use rdkafka::consumer::BaseConsumer;
-use tokio::sync::Mutex;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 const TIMERS: i64 = 200;
 const SECONDS: i64 = 20;
@@ -50,7 +47,6 @@ fn group_view(stack: &Stack) -> GroupView {
 /// `down` later, as a supervisor would; firing must resume within 5 s of the restart, with
 /// nothing lost and only the calls in flight at the kill repeated.
 async fn kill_and_restart(settings: &[(&'static str, String)], kill_at: i64, down: Duration) {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     sink.behave("/load", Behaviour::slow(CALL));
     let mut stack = Stack::start(settings).await;
@@ -84,7 +80,6 @@ async fn an_executor_restarted_after_the_session_timeout_resumes_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_timeout() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     sink.behave("/load", Behaviour::slow(CALL));
     // The default session timeout.
@@ -127,7 +122,6 @@ async fn a_dead_executors_partitions_move_to_the_live_ones_within_the_session_ti
 /// be written and committed before the partitions move, so no call runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executors_joining_under_load_repeat_no_call() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     // Long calls: many are in flight whenever partitions move.
     sink.behave("/load", Behaviour::slow(Duration::from_millis(1_500)));

@@ -7,9 +7,6 @@ use std::time::{Duration, Instant};
 
 use punctual_testkit::load::{until, Load};
 use punctual_testkit::{Behaviour, Sink, Stack};
-use tokio::sync::Mutex;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 const TIMERS: i64 = 200;
 const SECONDS: i64 = 15;
@@ -32,7 +29,6 @@ async fn stop_under_load(stack: &mut Stack, load: &Load) -> (Duration, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_repeats_no_call_and_exits_within_its_bound() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
     let mut stack = Stack::start(&[("PUNCTUAL_DRAIN_TIMEOUT_MS", DRAIN.as_millis().to_string())]).await;
@@ -46,7 +42,6 @@ async fn a_graceful_stop_repeats_no_call_and_exits_within_its_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_abandons_calls_that_outlast_the_drain_timeout() {
-    let _serial = ONE_AT_A_TIME.lock().await;
     let sink = Sink::start().await;
     // Calls that would take a minute: the stop cannot wait for them.
     sink.behave("/load", Behaviour::slow(Duration::from_secs(60)));

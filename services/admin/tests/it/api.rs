@@ -1,9 +1,7 @@
 //! The REST API in-process against a real Postgres: shapes, errors, and that bad input
 //! leaves nothing behind.
 
-mod common;
-
-use common::{example, spawn_api, spawn_api_with, Api};
+use crate::common::{example, spawn_api, spawn_api_with, Api};
 use serde_json::{json, Value};
 
 #[tokio::test]

@@ -1,9 +1,7 @@
 //! API keys, roles and namespaces against the real admin service: 401 without a valid key,
 //! 403 outside the key's role, and another namespace's ids answered as unknown ones.
 
-mod common;
-
-use common::{example, spawn_api, spawn_api_with, Api};
+use crate::common::{example, spawn_api, spawn_api_with, Api};
 use serde_json::{json, Value};
 
 /// Creates a key with the admin key; returns the key.
@@ -22,14 +20,14 @@ fn assert_problem(answer: &(u16, Option<String>, Value), status: u16, kind: &str
 #[tokio::test]
 async fn a_request_without_a_valid_key_is_refused() {
     let api = spawn_api().await;
-    let r = common::client(None).get(format!("{}/v1/timers", api.base)).send().await.unwrap();
+    let r = crate::common::client(None).get(format!("{}/v1/timers", api.base)).send().await.unwrap();
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
     assert_problem(&Api::read(r).await, 401, "unauthenticated");
     let unknown = punctual_shared::api_key::ApiKey::generate();
     for key in ["not-a-key", "pct_short", unknown.expose()] {
         assert_problem(&api.with_key(Some(key)).get("/v1/timers").await, 401, "unauthenticated");
     }
-    let basic = common::client(None).get(format!("{}/v1/timers", api.base)).basic_auth("admin", Some("x"));
+    let basic = crate::common::client(None).get(format!("{}/v1/timers", api.base)).basic_auth("admin", Some("x"));
     assert_problem(&Api::read(basic.send().await.unwrap()).await, 401, "unauthenticated");
 
     // A revoked key is refused from the next request on.
@@ -42,14 +40,14 @@ async fn a_request_without_a_valid_key_is_refused() {
     assert_eq!(api.delete(&format!("/v1/keys/{}", uuid::Uuid::new_v4())).await, 404);
 
     // The scheme's name in any case.
-    let lower = common::client(None)
+    let lower = crate::common::client(None)
         .get(format!("{}/v1/timers", api.base))
         .header("authorization", format!("bearer {}", api.admin_key));
     assert_eq!(lower.send().await.unwrap().status(), 200);
 
     // What needs no key: health, readiness, metrics and the API's description.
     for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
-        assert_eq!(common::client(None).get(format!("{}{path}", api.base)).send().await.unwrap().status(), 200);
+        assert_eq!(crate::common::client(None).get(format!("{}{path}", api.base)).send().await.unwrap().status(), 200);
     }
 }
 

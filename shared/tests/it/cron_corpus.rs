@@ -73,7 +73,7 @@ fn ours(case: &Case) -> Vec<DateTime<Utc>> {
 
 #[test]
 fn cron_fire_times_match_an_independent_implementation_but_for_listed_differences() {
-    let corpus: Corpus = serde_json::from_str(include_str!("data/cron_corpus.json")).unwrap();
+    let corpus: Corpus = serde_json::from_str(include_str!("../data/cron_corpus.json")).unwrap();
     assert!(corpus.cases.len() >= 300, "the corpus has {} cases", corpus.cases.len());
     let mut matched = 0;
     let mut differed: std::collections::BTreeMap<&'static str, usize> = Default::default();

@@ -1,0 +1,5 @@
+//! The admin API in-process against a real Postgres.
+
+mod api;
+mod auth;
+mod common;

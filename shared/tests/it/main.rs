@@ -1,0 +1,7 @@
+//! The shared crate against a real Postgres and broker: bucket leases, task states, schema rules, topics, and the cron corpus.
+
+mod bucket_leases;
+mod cron_corpus;
+mod schema_rules;
+mod task_states;
+mod topics;
