@@ -300,9 +300,15 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
         let timer = metrics.scan_seconds.start_timer();
         let scanned = scan_once(config, ownership, pool, metrics, &planner, claimed_tx).await;
         timer.observe_duration();
-        if let Err(e) = scanned {
-            metrics.scan_errors.inc();
-            tracing::warn!(error = %e, "scan failed; will retry");
+        match scanned {
+            // More new timers than one pass takes (a bulk import): the next scan comes at
+            // once, after this one has kept every other timer's plan and claims going.
+            Ok(NewTimers::Left) if !token.is_cancelled() => continue,
+            Ok(_) => {}
+            Err(e) => {
+                metrics.scan_errors.inc();
+                tracing::warn!(error = %e, "scan failed; will retry");
+            }
         }
         tokio::select! {
             _ = token.cancelled() => return,
@@ -312,9 +318,20 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
     }
 }
 
+/// Whether a scan left new timers to validate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NewTimers {
+    Done,
+    Left,
+}
+
 /// One scan of the buckets held: plan, cancel misfires, claim. Each pass holds the
 /// ownership's write guard (see [`Ownership::for_writing`]) and writes only for the
 /// buckets held when it started.
+///
+/// New timers take one pass a scan: validating a bulk import pass after pass would keep
+/// every other timer's plan and claims waiting until the whole import was read (seconds
+/// for 100,000 rows), and their occurrences late or missed.
 async fn scan_once(
     config: &ScannerConfig,
     ownership: &Ownership,
@@ -322,7 +339,7 @@ async fn scan_once(
     metrics: &Metrics,
     planner: &Planner,
     claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
-) -> Result<(), sqlx::Error> {
+) -> Result<NewTimers, sqlx::Error> {
     // Occurrences due within the lookahead are written claimed by this scanner, unless it
     // holds as many as it may already (then they wait, pending, for the claimer below).
     fn claim_from<'a>(
@@ -337,15 +354,16 @@ async fn scan_once(
             lease: config.lease(),
         })
     }
-    // New timers first (validated, and planned if due within the horizon), then the
-    // plans of the others that run out within the horizon; each pass by pass until a
-    // pass finds fewer timers than it may take.
-    for new_timers in [true, false] {
+    // One pass of new timers (validated, and planned if due within the horizon), then the
+    // plans of the others that run out within the horizon, pass by pass until a pass finds
+    // fewer timers than it may take.
+    let mut new_timers = NewTimers::Done;
+    for new_pass in [true, false] {
         loop {
             let (writing, held) = ownership.for_writing().await;
             let now = Utc::now();
             let claim = claim_from(config, metrics, now, &held);
-            let report = if new_timers {
+            let report = if new_pass {
                 planner.validate_new(pool, now, &held, claim.as_ref()).await?
             } else {
                 planner.plan_due(pool, now, &held, claim.as_ref()).await?
@@ -358,8 +376,14 @@ async fn scan_once(
             if !report.claimed.is_empty() {
                 metrics.claimed.inc_by(report.claimed.len() as u64);
                 if claimed_tx.send(report.claimed).await.is_err() {
-                    return Ok(()); // the wheel driver has stopped: shutting down
+                    return Ok(NewTimers::Done); // the wheel driver has stopped: shutting down
                 }
+            }
+            if new_pass {
+                if full_pass {
+                    new_timers = NewTimers::Left;
+                }
+                break;
             }
             if !full_pass {
                 break;
@@ -392,5 +416,5 @@ async fn scan_once(
             break;
         }
     }
-    Ok(())
+    Ok(new_timers)
 }
