@@ -42,9 +42,10 @@ echo "smoke-up: demo timer $id fired $(succeeded) times"
 # suite's, may be running beside it).
 pids=$(cat "$PUNCTUAL_RUN_DIR"/*.pid 2>/dev/null || true)
 scripts/down.sh >/dev/null
-left=
-for pid in $pids; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done
-[ -z "$left" ] || fail "processes left behind:$left"
+alive() { local pid left=; for pid in $pids; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done; echo "$left"; }
+# A process killed after its grace period takes a moment to be gone: 5 s at most.
+for _ in $(seq 1 25); do [ -z "$(alive)" ] && break; sleep 0.2; done
+[ -z "$(alive)" ] || fail "processes left behind:$(alive)"
 # Kafka's JVM runs kafka.Kafka with the run folder's server.properties.
 if [ -f "$PUNCTUAL_RUN_DIR/broker.pid" ] || pgrep -f "kafka\.Kafka $PUNCTUAL_RUN_DIR/" >/dev/null; then fail "broker left running"; fi
 if pgrep -f "postgres.*-p $PUNCTUAL_UP_PG_PORT" >/dev/null; then fail "postgres left running"; fi

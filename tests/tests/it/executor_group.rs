@@ -43,9 +43,15 @@ fn group_view(stack: &Stack) -> GroupView {
     describe(&observer, &group, &stack.topic).expect("group described")
 }
 
+/// Firing must resume this soon after a restart: half the 30 s session timeout that a
+/// restarted static member must not wait out (without static membership it resumed after
+/// 28.8 s). Alone it resumes within a second; with the whole suite running beside it, the
+/// debug build's start and the shared broker have taken up to 6 s.
+const RESUMES_WITHIN: Duration = Duration::from_secs(15);
+
 /// Under load, kills the executor at the load's second `kill_at` and starts it again
-/// `down` later, as a supervisor would; firing must resume within 5 s of the restart, with
-/// nothing lost and only the calls in flight at the kill repeated.
+/// `down` later, as a supervisor would; firing must resume within [`RESUMES_WITHIN`] of
+/// the restart, with nothing lost and only the calls in flight at the kill repeated.
 async fn kill_and_restart(settings: &[(&'static str, String)], kill_at: i64, down: Duration) {
     let sink = Sink::start().await;
     sink.behave("/load", Behaviour::slow(CALL));
@@ -63,7 +69,7 @@ async fn kill_and_restart(settings: &[(&'static str, String)], kill_at: i64, dow
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
     Repeats::of(&sink.calls(), killed_at).assert_in_flight(IN_FLIGHT);
-    assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the restart");
+    assert!(resumed <= RESUMES_WITHIN, "resumed {resumed:?} after the restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
