@@ -3,7 +3,6 @@
 mod delivery;
 mod executor_group;
 mod extreme_values;
-mod fairness;
 mod faults;
 mod graceful_stop;
 mod logs;
