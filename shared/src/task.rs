@@ -750,6 +750,12 @@ pub enum Next {
     },
     /// No attempt left (or a failure not worth retrying).
     Dead,
+    /// Back to pending, due again at this time, as the same attempt: the target asked to
+    /// be called later (`429` or `503` with `Retry-After`), which is no failure of the
+    /// occurrence and counts no attempt.
+    Defer {
+        due_at: DateTime<Utc>,
+    },
 }
 
 /// How an attempt ended, and what comes next.
@@ -767,9 +773,10 @@ pub struct Outcome {
 }
 
 /// Writes back the outcomes of running tasks (marked running, or still claimed when they
-/// started without a mark): → succeeded | pending (retry) | dead. Each failed attempt is
-/// also kept in `task_attempts`. Returns how many tasks changed (a task finished by
-/// another executor, or at another attempt, is left alone).
+/// started without a mark): → succeeded | pending (retry, or deferred as the same attempt)
+/// | dead. Each failed attempt is also kept in `task_attempts`; a deferral is not an
+/// attempt, and the task's own columns say why it waits. Returns how many tasks changed
+/// (a task finished by another executor, or at another attempt, is left alone).
 pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(0);
@@ -781,12 +788,14 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
             Next::Succeeded => "succeeded",
             Next::Retry { .. } => "pending",
             Next::Dead => "dead",
+            // Stored as pending: the statement below keeps its attempt.
+            Next::Defer { .. } => "deferred",
         })
         .collect();
     let due: Vec<Option<DateTime<Utc>>> = outcomes
         .iter()
         .map(|o| match o.next {
-            Next::Retry { due_at } => Some(due_at),
+            Next::Retry { due_at } | Next::Defer { due_at } => Some(due_at),
             _ => None,
         })
         .collect();
@@ -805,16 +814,17 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
             INSERT INTO task_attempts (task_id, attempt, started_at, http_status, error, response_excerpt, duration_ms)
             SELECT t.id, t.attempt, v.started_at, v.http_status, v.error, v.excerpt, v.duration_ms
               FROM tasks t JOIN v ON v.id = t.id AND v.attempt = t.attempt
-             WHERE t.status IN ('running', 'claimed') AND v.status <> 'succeeded'
+             WHERE t.status IN ('running', 'claimed') AND v.status NOT IN ('succeeded', 'deferred')
             ON CONFLICT DO NOTHING
          )
          UPDATE tasks t
-            SET status = v.status, started_at = v.started_at,
+            SET status = CASE WHEN v.status = 'deferred' THEN 'pending' ELSE v.status END,
+                started_at = v.started_at,
                 attempt = CASE WHEN v.status = 'pending' THEN t.attempt + 1 ELSE t.attempt END,
                 due_at = COALESCE(v.due_at, t.due_at),
-                finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE now() END,
+                finished_at = CASE WHEN v.status IN ('pending', 'deferred') THEN NULL ELSE now() END,
                 claim_owner = NULL, lease_until = NULL,
-                claim_epoch = CASE WHEN v.status = 'pending' THEN NULL ELSE t.claim_epoch END,
+                claim_epoch = CASE WHEN v.status IN ('pending', 'deferred') THEN NULL ELSE t.claim_epoch END,
                 http_status = v.http_status, response_excerpt = v.excerpt, error = v.error,
                 duration_ms = v.duration_ms
            FROM v

@@ -26,6 +26,12 @@ use crate::signing_keys::SigningKeys;
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
+/// An occurrence is deferred by its target's `Retry-After` (not counted as an attempt)
+/// only while it would then be at most this late; after that, such an answer is a failed
+/// attempt like any other, so that a target asking again and again cannot keep an
+/// occurrence forever.
+pub const DEFER_WHILE_LATE_BY: Duration = Duration::from_secs(3600);
+
 /// The longest `Retry-After` honoured; a longer one is cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
@@ -349,12 +355,31 @@ impl Attempt {
         }
     }
 
-    /// Decides what becomes of the task: success; another attempt after the policy's
-    /// backoff (or the target's Retry-After, when longer); or dead.
-    pub fn into_outcome(self, task: &StartedTask, jitter: f64) -> Outcome {
+    /// A target that answered `429` or `503` with `Retry-After` asked to be called later:
+    /// the occurrence waits that long (at most its retry policy's longest backoff) as the
+    /// same attempt, while it would then be at most [`DEFER_WHILE_LATE_BY`] late.
+    fn deferral(&self, task: &StartedTask) -> Option<Duration> {
+        let asked = self.retry_after.filter(|_| matches!(self.http_status, Some(429 | 503)))?;
+        let wait = asked.min(Duration::from_millis(task.retry.max_ms.max(0) as u64));
+        let late = (Utc::now() - task.scheduled_at).to_std().unwrap_or_default() + wait;
+        (late <= DEFER_WHILE_LATE_BY).then_some(wait)
+    }
+
+    /// Decides what becomes of the task: success; deferred, when the target asked to be
+    /// called later; another attempt after the policy's backoff (or the target's
+    /// Retry-After, when longer); or dead.
+    pub fn into_outcome(mut self, task: &StartedTask, jitter: f64) -> Outcome {
         let policy = task.retry;
         let next = if self.error.is_none() {
             Next::Succeeded
+        } else if let Some(wait) = self.deferral(task) {
+            if let Some(error) = self.error.as_mut() {
+                error.push_str(&format!(
+                    " with Retry-After: deferred {} ms, not counted as an attempt",
+                    wait.as_millis()
+                ));
+            }
+            Next::Defer { due_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero()) }
         } else if self.retryable && policy.has_attempt_after(task.attempt) {
             let wait = policy.backoff(task.attempt, jitter).max(self.retry_after.unwrap_or_default());
             Next::Retry { due_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero()) }
@@ -792,6 +817,35 @@ mod tests {
         let attempt = call(&caller, &task_calling("not a url")).await;
         assert!(!attempt.retryable);
         assert!(attempt.error.unwrap().starts_with("invalid http_url"));
+    }
+
+    #[test]
+    fn an_answer_asking_to_wait_defers_as_the_same_attempt_within_bounds() {
+        let answer = |status: u16, retry_after: Option<u64>| {
+            Attempt::from_status(status, String::new(), retry_after.map(Duration::from_secs), Duration::ZERO)
+        };
+        let task = task_calling("http://127.0.0.1:1/");
+        let waits = |outcome: Outcome| match outcome.next {
+            Next::Defer { due_at } => Some((due_at - Utc::now()).num_milliseconds()),
+            _ => None,
+        };
+        for status in [429, 503] {
+            let outcome = answer(status, Some(3)).into_outcome(&task, 0.0);
+            assert_eq!(outcome.attempt, 1);
+            assert!(outcome.error.as_deref().unwrap().contains("deferred"), "{:?}", outcome.error);
+            assert!(waits(outcome).is_some_and(|ms| (2_900..=3_000).contains(&ms)), "{status} with Retry-After: 3");
+        }
+        // Not asked to wait: a failed attempt (the task allows one, so dead).
+        for (status, retry_after) in [(429, None), (503, None), (500, Some(3))] {
+            assert_eq!(answer(status, retry_after).into_outcome(&task, 0.0).next, Next::Dead, "{status}");
+        }
+        // At most the retry policy's longest wait.
+        let short = StartedTask { retry: RetryPolicy { max_ms: 1_000, ..task.retry }, ..task_calling("http://x/") };
+        assert!(waits(answer(429, Some(30)).into_outcome(&short, 0.0)).is_some_and(|ms| ms <= 1_000));
+        // Not for an occurrence that would then be more than an hour late.
+        let old = StartedTask { scheduled_at: Utc::now() - chrono::Duration::minutes(59), ..task_calling("http://x/") };
+        assert_eq!(answer(429, Some(120)).into_outcome(&old, 0.0).next, Next::Dead);
+        assert!(waits(answer(429, Some(30)).into_outcome(&old, 0.0)).is_some());
     }
 
     #[test]

@@ -612,7 +612,7 @@ async fn write_back(
         // One offset stored per partition and batch, the furthest: each store builds a
         // partition list and hands it to librdkafka, and only the last one counts.
         let mut done_through: Vec<(i32, i64)> = Vec::new();
-        let (mut succeeded, mut retried, mut dead) = (0, 0, 0);
+        let (mut succeeded, mut retried, mut dead, mut deferred) = (0, 0, 0, 0);
         {
             let mut offsets = offsets.lock().expect("offsets lock");
             for f in batch.drain(..) {
@@ -620,6 +620,7 @@ async fn write_back(
                     Next::Succeeded => succeeded += 1,
                     Next::Retry { .. } => retried += 1,
                     Next::Dead => dead += 1,
+                    Next::Defer { .. } => deferred += 1,
                 }
                 if let Some(offset) = offsets.completed(f.position.partition, f.position.offset) {
                     match done_through.iter_mut().find(|(p, _)| *p == f.position.partition) {
@@ -637,6 +638,9 @@ async fn write_back(
             if count > 0 {
                 metrics.executed.with_label_values(&[label]).inc_by(count);
             }
+        }
+        if deferred > 0 {
+            metrics.deferred.with_label_values(&["target_busy"]).inc_by(deferred);
         }
     }
 }

@@ -6,6 +6,10 @@ use punctual_shared::metric_registrar::{with_values, MetricRegistrar};
 /// Why a task message did not run (`punctual_tasks_skipped_total{reason}`).
 pub const SKIP_REASONS: [&str; 5] = ["duplicate", "in_flight", "cancelled", "overlap_skipped", "overlap_deferred"];
 
+/// Why an occurrence was deferred (`punctual_deferred_total{reason}`): its target answered
+/// 429 or 503 with `Retry-After`.
+pub const DEFER_REASONS: [&str; 1] = ["target_busy"];
+
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
@@ -13,6 +17,8 @@ pub struct Metrics {
     pub executed: IntCounterVec,
     /// Messages whose task was not started, by reason (see [`SKIP_REASONS`]).
     pub skipped: IntCounterVec,
+    /// Occurrences put off without counting an attempt, by reason (see [`DEFER_REASONS`]).
+    pub deferred: IntCounterVec,
     pub fire_lag: Histogram,
     /// By outcome: success (a 2xx answer, or a Kafka action acknowledged) or failure.
     pub callback_duration: HistogramVec,
@@ -49,6 +55,15 @@ impl Metrics {
                 &["reason"],
             ),
             &SKIP_REASONS,
+        );
+        let deferred = with_values(
+            define.counter_vec(
+                "punctual_deferred_total",
+                "Occurrences put off to a later time without counting an attempt, by reason: the target asked \
+                 for it (429 or 503 with Retry-After)",
+                &["reason"],
+            ),
+            &DEFER_REASONS,
         );
         let fire_lag = define.histogram(
             "punctual_fire_lag_seconds",
@@ -102,6 +117,7 @@ impl Metrics {
             registry,
             executed,
             skipped,
+            deferred,
             fire_lag,
             callback_duration,
             in_flight,

@@ -241,6 +241,34 @@ async fn a_lease_runs_from_the_due_time_however_early_the_task_was_claimed() {
 }
 
 #[tokio::test]
+async fn a_deferred_attempt_goes_back_to_pending_as_the_same_attempt_without_history() {
+    let db = TestDb::create().await;
+    let t = timer(&db).await;
+    let id = claimed_tasks(&db, t, 1).await[0];
+    task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
+    let due_at = Utc::now() + chrono::Duration::seconds(2);
+    assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Defer { due_at })]).await.unwrap(), 1);
+    assert_eq!(row(&db, id).await, ("pending".to_owned(), 1));
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM task_attempts WHERE task_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(history, 0, "a deferral is no failed attempt");
+    // Claimed again at its new due time, as attempt 1, and it then starts as attempt 1.
+    let claimed =
+        task::claim(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(5), Duration::from_secs(30), 10)
+            .await
+            .unwrap();
+    assert_eq!((claimed[0].attempt, claimed[0].due_at.timestamp_millis()), (1, due_at.timestamp_millis()));
+    let started =
+        task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
+    assert_eq!(started.tasks.len(), 1);
+    task::finish(&db.pool, &[outcome(id, 1, Next::Succeeded)]).await.unwrap();
+    assert_eq!(row(&db, id).await, ("succeeded".to_owned(), 1));
+}
+
+#[tokio::test]
 async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
     let t = timer(&db).await;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use punctual_testkit::stack::{create_topic, dump_logs, read_topic};
+use punctual_testkit::stack::{create_topic, dump_logs, metric_value, read_topic};
 use punctual_testkit::unique_name;
 use punctual_testkit::{eventually, Behaviour, Sink, Stack};
 use serde_json::{json, Value};
@@ -109,6 +109,38 @@ async fn retry_after_is_honoured() {
     let gap = calls[1].received_at - calls[0].received_at;
     assert!(gap >= chrono::Duration::milliseconds(1_950), "Retry-After: 2 honoured, waited {gap}");
     assert!(gap <= chrono::Duration::milliseconds(3_000), "but not much longer: {gap}");
+}
+
+/// A target that answers `429` with `Retry-After: 3` is called again 3 s later at the
+/// earliest, as the same attempt: the occurrence is deferred, not failed, so even a timer
+/// allowed a single attempt gets its call through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_target_defers_the_occurrence_without_counting_an_attempt() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    sink.behave("/busy", Behaviour { script: vec![429], retry_after: Some("3".into()), ..Default::default() });
+    let id = one_shot(&stack, &sink, "/busy", json!({"max_attempts": 1})).await;
+    let calls = eventually(Duration::from_secs(30), "a second call", || async {
+        let calls = sink.calls_to("/busy");
+        (calls.len() >= 2).then_some(calls)
+    })
+    .await;
+    let gap = calls[1].received_at - calls[0].received_at;
+    assert!(gap >= chrono::Duration::milliseconds(2_950), "Retry-After: 3 honoured, waited {gap}");
+    assert_eq!((attempt_header(&calls[0]), attempt_header(&calls[1])), ("1".into(), "1".into()), "one attempt");
+    assert!(stack.wait_settled(None).await, "the occurrence finished\n{}", dump_logs(&stack));
+    let runs = stack.runs(&id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!((runs[0]["status"].as_str(), runs[0]["attempt"].as_i64()), (Some("succeeded"), Some(1)), "{runs:?}");
+    let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM task_attempts").fetch_one(&stack.db.pool).await.unwrap();
+    assert_eq!(failed, 0, "no failed attempt on record");
+    let metrics = stack.metrics(&stack.executor).await;
+    assert_eq!(
+        metric_value(&metrics, "punctual_deferred_total{reason=\"target_busy\"}"),
+        Some(1.0),
+        "counted deferred"
+    );
+    assert_eq!(metric_value(&metrics, "punctual_tasks_executed_total{outcome=\"retry\"}"), Some(0.0), "not as a retry");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
