@@ -161,6 +161,13 @@ pub struct Grant {
 /// buckets of members no longer in `scanners`, and buckets that the database still gives
 /// `owner` from an earlier life but that are not in `held` (what it holds now). Each
 /// acquired bucket's epoch grows by one.
+///
+/// A bucket acquired by another member since this statement began is never taken: its
+/// row is re-read when locked, but the statement's view of `scanners` is as of its start,
+/// when that member may not have joined yet, and would count it as gone (seen under load:
+/// a member took 255 buckets that a newcomer had acquired 90 ms before). A member joins in
+/// a statement of its own before it acquires, so a member this statement cannot see
+/// acquired its buckets after this statement began.
 pub async fn acquire(
     db: impl PgExecutor<'_>,
     owner: &str,
@@ -179,7 +186,8 @@ pub async fn acquire(
              WHERE EXISTS (SELECT 1 FROM me)
                AND (b.owner IS NULL
                     OR (b.owner = $1 AND NOT b.bucket = ANY($2))
-                    OR NOT EXISTS (SELECT 1 FROM scanners s WHERE s.id = b.owner))
+                    OR (NOT EXISTS (SELECT 1 FROM scanners s WHERE s.id = b.owner)
+                        AND b.acquired_at < statement_timestamp()))
              ORDER BY b.bucket
              LIMIT $3
              FOR UPDATE OF b SKIP LOCKED
