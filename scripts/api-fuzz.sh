@@ -32,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 psql "$PUNCTUAL_TEST_DATABASE_URL/postgres" -qc "CREATE DATABASE $db"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(scripts/stack.sh free-port)
 key="pct_$(python3 -c 'import base64, secrets; print(base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode())')"
 # Requests come as fast as schemathesis sends them, some with broken keys: no rate limits
 # here (they have tests of their own). Loopback callbacks stay refused, as by default.

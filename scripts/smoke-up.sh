@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { scripts/stack.sh free-port; }
 export PUNCTUAL_UP_PG_PORT=$(free_port) PUNCTUAL_UP_BROKER_PORT=$(free_port)
 export PUNCTUAL_ADMIN_ADDR=127.0.0.1:$(free_port) PUNCTUAL_SCANNER_ADDR=127.0.0.1:$(free_port)
 export PUNCTUAL_EXECUTOR_ADDR=127.0.0.1:$(free_port) PUNCTUAL_DEMO_SINK_ADDR=127.0.0.1:$(free_port)

@@ -17,6 +17,7 @@
 #   scripts/stack.sh cluster-start DIR          three Kafka nodes (RF 3, min.insync 2); DIR/brokers
 #   scripts/stack.sh node-start|node-stop|node-kill|node-wipe DIR N   one of the cluster's nodes (1-3)
 #   scripts/stack.sh cluster-stop DIR
+#   scripts/stack.sh free-port                  print a free port to listen on (below the ephemeral range)
 #   scripts/stack.sh kafka-class CLASS ARGS...  run a Kafka main class, e.g.
 #                                               org.apache.kafka.tools.TopicCommand --bootstrap-server ...
 #
@@ -150,8 +151,27 @@ pg_purge() {
 # expect it), kafka-logs/ (the data: the topics and the KRaft metadata log), broker.log
 # and broker.pid.
 
+# A free port on 127.0.0.1 to listen on: at random below the kernel's ephemeral range
+# (where no outgoing connection can take it before the server binds it), checked by
+# binding it once. testkit's free_port does the same.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+first = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(10000, max(first, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+'
 }
 
 # A Kafka Uuid (base64url of 16 random bytes, no padding), as `kafka-storage.sh random-uuid`
@@ -412,6 +432,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   tools) ensure_tools ;;
+  free-port) free_port ;;
   pg-start) pg_start "$@" ;;
   pg-stop) pg_stop "$@" ;;
   pg-purge) pg_purge "$@" ;;

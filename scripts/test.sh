@@ -47,7 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { scripts/stack.sh free-port; }
 pg_port=$(free_port)
 broker_port=$(free_port)
 

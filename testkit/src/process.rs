@@ -21,8 +21,24 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released: good enough for a test run).
+/// A free TCP port on 127.0.0.1 for a service to listen on: chosen at random below the
+/// kernel's ephemeral range and bound once to check it is free. A port from the ephemeral
+/// range (what binding port 0 gives) can be taken, before the service binds it, as the
+/// local port of any outgoing connection, and with many tests at once it was: a scanner
+/// failed to bind, and another process's /healthz answered on its port.
 pub fn free_port() -> u16 {
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000u16, ephemeral_from.max(10_001));
+    for _ in 0..200 {
+        let random = u16::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..2].try_into().expect("two bytes"));
+        let port = low + random % (high - low);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
@@ -109,6 +125,14 @@ impl ServiceProcess {
                 panic!("{} not healthy after {timeout:?}; log:\n{}", self.name, self.log_tail());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Panics, with its log, if the process has exited (a healthy answer on its port came
+    /// from another process, say).
+    pub fn assert_running(&mut self) {
+        if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+            panic!("{} exited with {status}; log: {}\n{}", self.name, self.log.display(), self.log_tail());
         }
     }
 

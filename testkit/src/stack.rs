@@ -66,6 +66,9 @@ impl Stack {
         for p in [&mut admin, &mut scanner, &mut executor] {
             p.wait_healthy(Duration::from_secs(60)).await;
         }
+        for p in [&mut admin, &mut scanner, &mut executor] {
+            p.assert_running();
+        }
         let mut headers = reqwest::header::HeaderMap::new();
         let bearer = format!("Bearer {api_key}").parse().expect("a key is a header value");
         headers.insert(reqwest::header::AUTHORIZATION, bearer);
