@@ -833,7 +833,8 @@ mod tests {
             let outcome = answer(status, Some(3)).into_outcome(&task, 0.0);
             assert_eq!(outcome.attempt, 1);
             assert!(outcome.error.as_deref().unwrap().contains("deferred"), "{:?}", outcome.error);
-            assert!(waits(outcome).is_some_and(|ms| (2_900..=3_000).contains(&ms)), "{status} with Retry-After: 3");
+            // Read back a moment later: up to a second of slack for a machine busy with other tests.
+            assert!(waits(outcome).is_some_and(|ms| (2_000..=3_000).contains(&ms)), "{status} with Retry-After: 3");
         }
         // Not asked to wait: a failed attempt (the task allows one, so dead).
         for (status, retry_after) in [(429, None), (503, None), (500, Some(3))] {

@@ -640,7 +640,7 @@ async fn write_back(
             }
         }
         if deferred > 0 {
-            metrics.deferred.with_label_values(&["target_busy"]).inc_by(deferred);
+            metrics.deferred.with_label_values(&[crate::metrics::DEFER_REASONS[0]]).inc_by(deferred);
         }
     }
 }
