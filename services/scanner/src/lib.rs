@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
-use punctual_shared::bucket::Held;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::ReplaceableProducer;
 use punctual_shared::readiness::Readiness;
@@ -325,6 +324,54 @@ enum NewTimers {
     Left,
 }
 
+/// Which timers a planning pass takes.
+#[derive(Debug, Clone, Copy)]
+enum PlanPass {
+    /// New timers: validated, and planned if due within the horizon.
+    New,
+    /// Planned timers whose plan runs out within the horizon.
+    Due,
+}
+
+/// One planning pass under the ownership's write guard, for the buckets held when it
+/// started. `Some(full)`: whether it took as many timers as a pass may; `None`: the wheel
+/// driver has stopped (shutting down).
+async fn plan_pass(
+    pass: PlanPass,
+    config: &ScannerConfig,
+    ownership: &Ownership,
+    pool: &PgPool,
+    metrics: &Metrics,
+    planner: &Planner,
+    claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
+) -> Result<Option<bool>, sqlx::Error> {
+    let (writing, held) = ownership.for_writing().await;
+    let now = Utc::now();
+    // Occurrences due within the lookahead are written claimed by this scanner, unless it
+    // holds as many as it may already (then they wait, pending, for the claimer).
+    let claim = (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
+        held: &held,
+        due_before: now + config.lookahead(),
+        lease: config.lease(),
+    });
+    let report = match pass {
+        PlanPass::New => planner.validate_new(pool, now, &held, claim.as_ref()).await?,
+        PlanPass::Due => planner.plan_due(pool, now, &held, claim.as_ref()).await?,
+    };
+    drop(writing);
+    metrics.timers_invalid.inc_by(report.invalid as u64);
+    metrics.planned.inc_by(report.tasks_planned);
+    count_misfired(metrics, &report.misfired);
+    let full = report.timers >= planner::PASS_SIZE as usize;
+    if !report.claimed.is_empty() {
+        metrics.claimed.inc_by(report.claimed.len() as u64);
+        if claimed_tx.send(report.claimed).await.is_err() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(full))
+}
+
 /// One scan of the buckets held: plan, cancel misfires, claim. Each pass holds the
 /// ownership's write guard (see [`Ownership::for_writing`]) and writes only for the
 /// buckets held when it started.
@@ -340,54 +387,18 @@ async fn scan_once(
     planner: &Planner,
     claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
 ) -> Result<NewTimers, sqlx::Error> {
-    // Occurrences due within the lookahead are written claimed by this scanner, unless it
-    // holds as many as it may already (then they wait, pending, for the claimer below).
-    fn claim_from<'a>(
-        config: &ScannerConfig,
-        metrics: &Metrics,
-        now: chrono::DateTime<Utc>,
-        held: &'a Held,
-    ) -> Option<task::PlanClaim<'a>> {
-        (metrics.held.get() < config.max_held as i64).then(|| task::PlanClaim {
-            held,
-            due_before: now + config.lookahead(),
-            lease: config.lease(),
-        })
-    }
-    // One pass of new timers (validated, and planned if due within the horizon), then the
-    // plans of the others that run out within the horizon, pass by pass until a pass finds
-    // fewer timers than it may take.
-    let mut new_timers = NewTimers::Done;
-    for new_pass in [true, false] {
-        loop {
-            let (writing, held) = ownership.for_writing().await;
-            let now = Utc::now();
-            let claim = claim_from(config, metrics, now, &held);
-            let report = if new_pass {
-                planner.validate_new(pool, now, &held, claim.as_ref()).await?
-            } else {
-                planner.plan_due(pool, now, &held, claim.as_ref()).await?
-            };
-            drop(writing);
-            metrics.timers_invalid.inc_by(report.invalid as u64);
-            metrics.planned.inc_by(report.tasks_planned);
-            count_misfired(metrics, &report.misfired);
-            let full_pass = report.timers >= planner::PASS_SIZE as usize;
-            if !report.claimed.is_empty() {
-                metrics.claimed.inc_by(report.claimed.len() as u64);
-                if claimed_tx.send(report.claimed).await.is_err() {
-                    return Ok(NewTimers::Done); // the wheel driver has stopped: shutting down
-                }
-            }
-            if new_pass {
-                if full_pass {
-                    new_timers = NewTimers::Left;
-                }
-                break;
-            }
-            if !full_pass {
-                break;
-            }
+    // One pass of new timers, then the plans of the others, pass by pass until a pass
+    // finds fewer timers than it may take.
+    let new_timers = match plan_pass(PlanPass::New, config, ownership, pool, metrics, planner, claimed_tx).await? {
+        Some(true) => NewTimers::Left,
+        Some(false) => NewTimers::Done,
+        None => return Ok(NewTimers::Done), // the wheel driver has stopped: shutting down
+    };
+    loop {
+        match plan_pass(PlanPass::Due, config, ownership, pool, metrics, planner, claimed_tx).await? {
+            Some(true) => {}
+            Some(false) => break,
+            None => return Ok(NewTimers::Done),
         }
     }
     let (writing, held) = ownership.for_writing().await;
