@@ -57,6 +57,14 @@ async fn requests(db: &TestDb, attempts: &[(i64, i32)]) -> Vec<task::StartReques
     requests
 }
 
+/// One task of a timer of its own, claimed and started by `exec-1` as attempt 1.
+async fn started_task(db: &TestDb) -> i64 {
+    let t = timer(db).await;
+    let id = claimed_tasks(db, t, 1).await[0];
+    task::start(&db.pool, "exec-1", &requests(db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
+    id
+}
+
 fn outcome(id: i64, attempt: i32, next: Next) -> Outcome {
     Outcome {
         task_id: id,
@@ -243,9 +251,7 @@ async fn a_lease_runs_from_the_due_time_however_early_the_task_was_claimed() {
 #[tokio::test]
 async fn a_deferred_attempt_goes_back_to_pending_as_the_same_attempt_without_history() {
     let db = TestDb::create().await;
-    let t = timer(&db).await;
-    let id = claimed_tasks(&db, t, 1).await[0];
-    task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
+    let id = started_task(&db).await;
     let due_at = Utc::now() + chrono::Duration::seconds(2);
     assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Defer { due_at })]).await.unwrap(), 1);
     assert_eq!(row(&db, id).await, ("pending".to_owned(), 1));
@@ -271,9 +277,7 @@ async fn a_deferred_attempt_goes_back_to_pending_as_the_same_attempt_without_his
 #[tokio::test]
 async fn a_failed_attempt_goes_back_to_pending_and_keeps_its_history() {
     let db = TestDb::create().await;
-    let t = timer(&db).await;
-    let id = claimed_tasks(&db, t, 1).await[0];
-    task::start(&db.pool, "exec-1", &requests(&db, &[(id, 1)]).await, &task::ActionCache::default()).await.unwrap();
+    let id = started_task(&db).await;
     let due_at = Utc::now() + chrono::Duration::seconds(2);
     assert_eq!(task::finish(&db.pool, &[outcome(id, 1, Next::Retry { due_at })]).await.unwrap(), 1);
     assert_eq!(row(&db, id).await, ("pending".to_owned(), 2));
