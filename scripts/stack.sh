@@ -17,7 +17,8 @@
 #   scripts/stack.sh cluster-start DIR          three Kafka nodes (RF 3, min.insync 2); DIR/brokers
 #   scripts/stack.sh node-start|node-stop|node-kill|node-wipe DIR N   one of the cluster's nodes (1-3)
 #   scripts/stack.sh cluster-stop DIR
-#   scripts/stack.sh free-port                  print a free port to listen on (below the ephemeral range)
+#   scripts/stack.sh free-port [restartable]    print a free port to listen on (below the ephemeral range;
+#                                               restartable: 10000-11999, for servers restarted on it)
 #   scripts/stack.sh kafka-class CLASS ARGS...  run a Kafka main class, e.g.
 #                                               org.apache.kafka.tools.TopicCommand --bootstrap-server ...
 #
@@ -153,13 +154,16 @@ pg_purge() {
 
 # A free port on 127.0.0.1 to listen on: at random below the kernel's ephemeral range
 # (where no outgoing connection can take it before the server binds it), checked by
-# binding it once. testkit's free_port does the same.
-free_port() {
-  python3 -c '
-import random, socket
+# binding it once. Ports 10000-11999 are kept for servers that tests kill and start again
+# on the same port (brokers, Postgres: `restartable`); every other server listens above
+# them, so none can take a port while its server is down. testkit's ports do the same.
+free_port() { # [restartable]
+  python3 - "${1:-}" <<'PY'
+import random, socket, sys
 first = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+low, high = (10000, 12000) if sys.argv[1] == "restartable" else (12000, max(first, 12001))
 for _ in range(200):
-    port = random.randrange(10000, max(first, 10001))
+    port = random.randrange(low, high)
     s = socket.socket()
     try:
         s.bind(("127.0.0.1", port))
@@ -170,8 +174,8 @@ for _ in range(200):
     print(port)
     break
 else:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
-'
+    sys.exit("no free port in %d-%d" % (low, high - 1))
+PY
 }
 
 # A Kafka Uuid (base64url of 16 random bytes, no padding), as `kafka-storage.sh random-uuid`
@@ -325,7 +329,7 @@ broker_start() {
   need_jars
   [ "$mode" = throwaway ] && rm -rf "$dir/kafka-logs"
   echo "$port" >"$dir/broker.port"
-  [ -s "$dir/controller.port" ] || free_port >"$dir/controller.port"
+  [ -s "$dir/controller.port" ] || free_port restartable >"$dir/controller.port"
   write_node_props "$dir" 1 "controller.quorum.bootstrap.servers=127.0.0.1:$(cat "$dir/controller.port")" 1 1
   # A new cluster id at each format: a broker that lost its data is a new cluster.
   format_node "$dir" "$(new_uuid)" --standalone
@@ -347,8 +351,8 @@ cluster_prepare() { # DIR: picks the cluster id and every node's ports, once
     for f in broker.port controller.port; do
       if [ ! -s "$dir/node$n/$f" ]; then
         local p
-        p=$(free_port)
-        while [[ "$used" == *" $p "* ]]; do p=$(free_port); done
+        p=$(free_port restartable)
+        while [[ "$used" == *" $p "* ]]; do p=$(free_port restartable); done
         echo "$p" >"$dir/node$n/$f"
       fi
       used="$used$(cat "$dir/node$n/$f") "
@@ -432,7 +436,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   tools) ensure_tools ;;
-  free-port) free_port ;;
+  free-port) free_port "${1:-}" ;;
   pg-start) pg_start "$@" ;;
   pg-stop) pg_stop "$@" ;;
   pg-purge) pg_purge "$@" ;;

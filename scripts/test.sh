@@ -102,6 +102,9 @@ if [ $# -eq 0 ]; then
 fi
 
 nextest_started=$(date +%s)
+# Made before nextest starts: the follower below must find it (started in the background,
+# nextest's redirection could come after tail's first look, and tail then gives up).
+: >"$logs/nextest.log"
 cargo nextest run --workspace --no-fail-fast "$@" >"$logs/nextest.log" 2>&1 &
 nextest=$!
 pids+=("$nextest")

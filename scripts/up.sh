@@ -65,12 +65,27 @@ fi
 API_KEY=$(cat "$run/api-key")
 export PUNCTUAL_BOOTSTRAP_API_KEY=$API_KEY
 auth=(-H "Authorization: Bearer $API_KEY")
+# The key that seals secrets at rest (signing secrets, secret headers): made once, kept
+# beside the API key; losing it loses the secrets it sealed.
+if [ ! -s "$run/secret-key" ]; then
+  (umask 077 && python3 -c 'import base64, secrets
+print("k1:" + base64.b64encode(secrets.token_bytes(32)).decode())' >"$run/secret-key")
+fi
+export PUNCTUAL_SECRET_KEY=$(cat "$run/secret-key")
+
+say "migrating the schema"
+# The scanner and executor run as a role that reads and writes rows and changes no schema
+# (docs/operations.md, "Least privilege"); the admin, which migrates, as the owner.
+if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "SELECT 1 FROM pg_roles WHERE rolname = 'punctual_service'" | grep -q 1; then
+  psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "CREATE ROLE punctual_service LOGIN"
+fi
+"$root/target/debug/punctual" migrate --service-role punctual_service
+SERVICE_DATABASE_URL="postgres://punctual_service@127.0.0.1:$PG_PORT/punctual"
 
 say "starting the services"
-# The admin runs the migrations; the others wait for them too (each migrates, idempotently).
 start admin punctual-admin "$ADMIN_ADDR"
-start scanner punctual-scanner "$SCANNER_ADDR"
-start executor punctual-executor "$EXECUTOR_ADDR"
+PUNCTUAL_DATABASE_URL=$SERVICE_DATABASE_URL start scanner punctual-scanner "$SCANNER_ADDR"
+PUNCTUAL_DATABASE_URL=$SERVICE_DATABASE_URL start executor punctual-executor "$EXECUTOR_ADDR"
 if [ -f "$run/demo-sink.pid" ] && kill -0 "$(cat "$run/demo-sink.pid")" 2>/dev/null; then
   echo "demo-sink already running"
 else
@@ -120,6 +135,7 @@ cat <<INFO
 Punctual is up.
 API key: $API_KEY
   (an admin key, kept in ${run}/api-key; send it as Authorization: Bearer <key>)
+Secret key: kept in ${run}/secret-key (PUNCTUAL_SECRET_KEY: it seals the stored secrets; keep it)
   CLI              export PUNCTUAL_ADDR=http://$ADMIN_ADDR PUNCTUAL_API_KEY=\$(cat ${run}/api-key)
                    target/debug/punctual timer list; target/debug/punctual run list --timer $id
   Admin API        http://$ADMIN_ADDR/v1/timers

@@ -9,10 +9,12 @@
 mod baselines;
 mod env;
 mod measure;
+mod neighbors;
 mod panels;
 mod report;
 mod scenarios;
 mod sink;
+mod surface;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -150,6 +152,29 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// A steady namespace while other namespaces import, aim at a black hole and at a
+    /// target answering 429, and replay dead tasks; the steady namespace's lag per phase.
+    Neighbors {
+        /// The steady namespace's fires per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u32,
+        /// Each phase small and short (CI).
+        #[arg(long)]
+        smoke: bool,
+        #[command(flatten)]
+        servers: Servers,
+    },
+    /// An authenticated request's latency, idle and while many clients call /readyz at once.
+    Surface {
+        /// Clients calling /readyz at once.
+        #[arg(long, default_value_t = 5_000)]
+        readyz_clients: u32,
+        /// Authenticated requests timed in each phase.
+        #[arg(long, default_value_t = 300)]
+        requests: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw produce and consume throughput of the broker with Punctual's client settings.
     BrokerBaseline {
         #[arg(long, default_value_t = 1_000_000)]
@@ -229,6 +254,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Panels { out, duration, spike, servers } => {
             panels::panels(&servers.start(), &out, duration, spike).await
+        }
+        Command::Neighbors { rate, smoke, servers } => {
+            let sizes = if smoke { neighbors::Neighbours::smoke() } else { neighbors::Neighbours::full(rate) };
+            neighbors::neighbors(&servers.start(), sizes).await.map(drop)
+        }
+        Command::Surface { readyz_clients, requests, servers } => {
+            surface::surface(&servers.start(), surface::Surface { readyz_clients, requests }).await.map(drop)
         }
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)
@@ -376,6 +408,8 @@ async fn run(
     } else {
         scenarios::stored(&servers.clone().start(), 10_000_000, 500, 20).await?
     });
+    let sizes = if smoke { neighbors::Neighbours::smoke() } else { neighbors::Neighbours::full(2_000) };
+    results.neighbors = Some(neighbors::neighbors(&servers.clone().start(), sizes).await?);
     results.claim_baseline =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.broker_baseline = Some(baselines::broker(&servers.start().brokers, messages, 4).await?);
@@ -385,7 +419,8 @@ async fn run(
     if smoke {
         let lost = results.sustained.iter().map(|r| r.lost).sum::<u64>()
             + results.burst.as_ref().map_or(0, |b| b.lost)
-            + results.stored.as_ref().map_or(0, |s| s.empty.lost + s.full.lost);
+            + results.stored.as_ref().map_or(0, |s| s.empty.lost + s.full.lost)
+            + results.neighbors.as_ref().map_or(0, |n| n.lost());
         anyhow::ensure!(lost == 0, "the smoke run lost {lost} occurrences");
     }
     Ok(())

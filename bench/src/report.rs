@@ -26,6 +26,7 @@ pub struct Results {
     pub scale_out: Vec<LoadResult>,
     pub burst: Option<BurstResult>,
     pub stored: Option<StoredResult>,
+    pub neighbors: Option<crate::neighbors::NeighborsResult>,
 }
 
 /// What the harness ran on: CPU model and count, memory, kernel.
@@ -203,6 +204,9 @@ impl Results {
                 s.full.lag.p50_ms,
                 s.full.lag.p99_ms
             );
+        }
+        if let Some(n) = &self.neighbors {
+            let _ = writeln!(md, "\n{}", n.markdown());
         }
         md
     }

@@ -18,8 +18,11 @@ use crate::sink::LagSink;
 /// Interval timers created through the API; the rest of a load comes through SQL.
 const API_TIMERS: u32 = 20;
 /// A load ends when nothing more arrived for this long (seconds) after its last occurrence
-/// was due; what has not arrived by then counts as lost.
-const STALL_S: i64 = 20;
+/// was due; what has not arrived by then counts as lost. Longer than a claim's lease
+/// (`PUNCTUAL_LEASE_MS`, 30 s past the due time): an occurrence whose message was lost (a
+/// producer replaced under load purges its queue) is claimed and published again then,
+/// late, not lost.
+const STALL_S: i64 = 45;
 
 /// What a steady load delivered.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -91,7 +94,7 @@ fn mean_ms(metrics: &str, name: &str) -> f64 {
     }
 }
 
-fn whole_second_after(lead: Duration) -> DateTime<Utc> {
+pub(crate) fn whole_second_after(lead: Duration) -> DateTime<Utc> {
     (Utc::now() + chrono::Duration::from_std(lead).expect("small"))
         .duration_trunc(chrono::Duration::seconds(1))
         .expect("truncates")

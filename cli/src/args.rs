@@ -40,8 +40,65 @@ pub enum Command {
     /// API keys (admin keys only).
     #[command(subcommand)]
     Key(KeyCommand),
-    /// Applies the schema's migrations to PUNCTUAL_DATABASE_URL.
-    Migrate(DatabaseArgs),
+    /// Namespaces' policies: limits, quota, Kafka topics, callback allow-list (changed by
+    /// admin keys only).
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
+    /// Applies the schema's migrations to PUNCTUAL_DATABASE_URL (as the role that owns the
+    /// schema).
+    Migrate {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        /// Also gives this existing role what the scanners and executors need, and no DDL:
+        /// the rows of every table, now and after later migrations.
+        #[arg(long, value_name = "ROLE")]
+        service_role: Option<String>,
+    },
+    /// The keys that seal secrets at rest (PUNCTUAL_SECRET_KEY).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NamespaceCommand {
+    /// The namespaces with a policy of their own (the others have the defaults).
+    List,
+    /// One namespace's policy.
+    Get { namespace: String },
+    /// Changes a namespace's policy; what is not given is kept.
+    Set {
+        namespace: String,
+        /// A limit as NAME=VALUE (e.g. max_concurrent_calls=50, max_timers=1000;
+        /// NAME=default returns it to its default). Repeatable.
+        #[arg(long = "limit", value_name = "NAME=VALUE")]
+        limits: Vec<String>,
+        /// The Kafka topics its timers may publish to, comma-separated: names, or prefixes
+        /// ending in * (replaces the list; "" for none).
+        #[arg(long)]
+        kafka_topics: Option<String>,
+        /// Hosts and networks its callbacks may reach besides public addresses,
+        /// comma-separated (replaces the list; "" for none).
+        #[arg(long)]
+        callback_allow: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Prints a new key entry for PUNCTUAL_SECRET_KEY (`<id>:<base64>`).
+    Key {
+        /// The key's id, which sealed values name.
+        #[arg(long)]
+        id: String,
+    },
+    /// Seals every stored secret again with the first key of PUNCTUAL_SECRET_KEY (after a new
+    /// key was put first, the old one still listed after it), directly in the database.
+    Rotate {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        secrets: punctual_shared::config::SecretKeyConfig,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -5,13 +5,18 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::sealed::SecretKeys;
+use punctual_shared::sealed_store;
 use punctual_shared::timer::{ActionSpec, HttpActionSpec, ScheduleSpec, TimerSpec};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::args::{Cli, Command, DeadCommand, KeyCommand, Output, RunCommand, ScheduleArgs, TimerCommand};
+use crate::args::{
+    Cli, Command, DeadCommand, KeyCommand, NamespaceCommand, Output, RunCommand, ScheduleArgs, SecretsCommand,
+    TimerCommand,
+};
 use crate::client::{CliError, Client};
-use crate::output::{print_keys, print_runs, print_timer, print_timers, Printer};
+use crate::output::{print_keys, print_namespaces, print_runs, print_timer, print_timers, Printer};
 
 /// `PATCH /v1/timers/{id}` as the CLI sends it.
 #[derive(Debug, Serialize)]
@@ -193,13 +198,98 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             out.done(&format!("revoked key {id}"));
             Ok(())
         }
-        Command::Migrate(db) => {
+        Command::Namespace(NamespaceCommand::List) => {
+            let answer = client()?.get("/v1/namespaces", &[]).await?;
+            out.show(&answer, || print_namespaces(&answer["namespaces"]));
+            Ok(())
+        }
+        Command::Namespace(NamespaceCommand::Get { namespace }) => {
+            let answer = client()?.get(&format!("/v1/namespaces/{}", namespace_name(&namespace)?), &[]).await?;
+            out.show(&answer, || print_namespaces(&Value::Array(vec![answer.clone()])));
+            Ok(())
+        }
+        Command::Namespace(NamespaceCommand::Set { namespace, limits, kafka_topics, callback_allow }) => {
+            let mut body = serde_json::Map::new();
+            let mut changed = serde_json::Map::new();
+            for limit in limits {
+                let (name, value) = limit
+                    .split_once('=')
+                    .ok_or_else(|| CliError::Usage(format!("--limit {limit:?}: give NAME=VALUE")))?;
+                let value = match value {
+                    "default" => Value::Null,
+                    number => Value::from(number.parse::<i64>().map_err(|_| {
+                        CliError::Usage(format!("--limit {name}: {number:?} is neither a whole number nor default"))
+                    })?),
+                };
+                changed.insert(name.to_owned(), value);
+            }
+            if !changed.is_empty() {
+                body.insert("limits".into(), Value::Object(changed));
+            }
+            let list = |given: &str| -> Value {
+                given.split(',').map(str::trim).filter(|e| !e.is_empty()).map(Value::from).collect()
+            };
+            if let Some(topics) = kafka_topics {
+                body.insert("kafka_topics".into(), list(&topics));
+            }
+            if let Some(allow) = callback_allow {
+                body.insert("callback_allow".into(), list(&allow));
+            }
+            if body.is_empty() {
+                return Err(CliError::Usage(
+                    "nothing to change: give --limit, --kafka-topics or --callback-allow".into(),
+                ));
+            }
+            let path = format!("/v1/namespaces/{}", namespace_name(&namespace)?);
+            let answer = client()?.patch(&path, &Value::Object(body)).await?;
+            out.show(&answer, || print_namespaces(&Value::Array(vec![answer.clone()])));
+            Ok(())
+        }
+        Command::Secrets(SecretsCommand::Key { id }) => {
+            let entry = SecretKeys::generate_entry(&id);
+            entry.parse::<SecretKeys>().map_err(|e| CliError::Usage(e.to_string()))?;
+            println!("{entry}");
+            Ok(())
+        }
+        Command::Secrets(SecretsCommand::Rotate { db, secrets }) => {
+            let keys = secrets.keys().map_err(|e| CliError::Usage(e.to_string()))?;
+            let current =
+                keys.current_id().ok_or_else(|| CliError::Usage("set PUNCTUAL_SECRET_KEY".into()))?.to_owned();
+            let pool = sqlx::PgPool::connect(&db.database_url).await?;
+            // Sealed values, whatever their header's name; plaintext ones the admin seals at
+            // its start, knowing which header names are secret.
+            let done = sealed_store::seal_stored(&pool, &keys, &|_| false)
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            out.done(&format!(
+                "sealed with key {current}: {} signing secrets, the headers of {} timers",
+                done.signing_secrets, done.timers
+            ));
+            Ok(())
+        }
+        Command::Migrate { db, service_role } => {
+            if let Some(role) = service_role.as_deref().filter(|r| !punctual_shared::db::is_role_name(r)) {
+                return Err(CliError::Usage(format!(
+                    "--service-role: {role:?} is not a role name of lowercase letters, digits and _"
+                )));
+            }
             let pool = sqlx::PgPool::connect(&db.database_url).await?;
             punctual_shared::db::migrate(&pool).await?;
             out.done("the schema is up to date");
+            if let Some(role) = service_role {
+                punctual_shared::db::grant_service_role(&pool, &role).await?;
+                out.done(&format!("{role} may read and write the rows, and change no schema"));
+            }
             Ok(())
         }
     }
+}
+
+/// A namespace named on the command line, checked as the API checks it (it goes in a path).
+fn namespace_name(namespace: &str) -> Result<&str, CliError> {
+    punctual_shared::timer::check_namespace(namespace)
+        .map_err(|e| CliError::Usage(format!("namespace: {}", e.message)))?;
+    Ok(namespace)
 }
 
 async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<(), CliError> {

@@ -118,3 +118,32 @@ pub fn print_keys(keys: &Value) {
     }
     println!("{t}");
 }
+
+/// Namespaces' policies: one row each, the limits that differ from their defaults.
+pub fn print_namespaces(namespaces: &Value) {
+    let mut t = table(&["NAMESPACE", "LIMITS (NOT DEFAULT)", "KAFKA TOPICS", "CALLBACK ALLOW"]);
+    for ns in namespaces.as_array().into_iter().flatten() {
+        let changed: Vec<String> = ns["limits"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(name, value)| ns["default_limits"][name.as_str()] != **value)
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        let list = |field: &str| -> String {
+            let items: Vec<String> = ns[field].as_array().into_iter().flatten().map(text).collect();
+            if items.is_empty() {
+                "-".to_owned()
+            } else {
+                items.join(",")
+            }
+        };
+        t.add_row([
+            text(&ns["namespace"]),
+            if changed.is_empty() { "-".to_owned() } else { changed.join(" ") },
+            list("kafka_topics"),
+            list("callback_allow"),
+        ]);
+    }
+    println!("{t}");
+}

@@ -27,6 +27,10 @@ async fn admin() -> Admin {
         secret_headers: Default::default(),
         min_fire_interval_ms: 1_000,
         namespace_max_timers: 100_000,
+        tasks_topic: "punctual.tasks".into(),
+        dead_topic: "punctual.dead".into(),
+        migrate: true,
+        secrets: Default::default(),
         auth: punctual_admin::auth::AuthConfig {
             bootstrap_api_key: Some(key.expose().to_owned()),
             api_rate_limit: 0,
@@ -284,4 +288,79 @@ async fn keys_dead_tasks_and_migrations_from_the_command_line() {
     assert!(
         stdout(&tokio::task::spawn_blocking(move || migrate.output().unwrap()).await.unwrap()).contains("up to date")
     );
+}
+
+/// `punctual secrets key` makes a key entry; `punctual secrets rotate` seals the stored
+/// secrets again with the first key, the old one still opening them; a key that does not
+/// open them is one clear line and exit code 1.
+#[tokio::test]
+async fn secrets_are_sealed_again_with_a_new_key_from_the_command_line() {
+    use punctual_shared::sealed::{key_id, Purpose, SecretKeys};
+    let admin = admin().await;
+    let pool = &admin.db.pool;
+    let run = |args: &'static [&'static str], key: String| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"));
+        command.args(args).env("PUNCTUAL_DATABASE_URL", &admin.db.url).env("PUNCTUAL_SECRET_KEY", key);
+        async move { tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap() }
+    };
+    let k1 = stdout(&run(&["secrets", "key", "--id", "k1"], String::new()).await).trim().to_owned();
+    assert!(k1.starts_with("k1:"), "{k1}");
+    let old: SecretKeys = k1.parse().unwrap();
+    let whsec = punctual_shared::webhook_signature::SigningSecret::generate().encoded();
+    sqlx::query("INSERT INTO signing_secrets (namespace, secret) VALUES ('billing', $1)")
+        .bind(old.seal(&whsec, Purpose::SigningSecret))
+        .execute(pool)
+        .await
+        .unwrap();
+
+    let k2 = SecretKeys::generate_entry("k2");
+    let printed = stdout(&run(&["secrets", "rotate"], format!("{k2},{k1}")).await);
+    assert!(printed.contains("sealed with key k2: 1 signing secrets"), "{printed}");
+    let stored: String = sqlx::query_scalar("SELECT secret FROM signing_secrets").fetch_one(pool).await.unwrap();
+    assert_eq!(key_id(&stored), Some("k2"));
+    let new: SecretKeys = k2.parse().unwrap();
+    assert_eq!(new.open(&stored, Purpose::SigningSecret).unwrap(), whsec);
+
+    let line = failure(&run(&["secrets", "rotate"], SecretKeys::generate_entry("k3")).await);
+    assert!(line.contains("k2") && line.contains("PUNCTUAL_SECRET_KEY"), "{line}");
+    let line = failure(&run(&["secrets", "rotate"], "not a key".into()).await);
+    assert!(line.contains("PUNCTUAL_SECRET_KEY") && !line.contains("not a key"), "{line}");
+}
+
+/// `punctual namespace set|get|list`: a namespace's policy from the command line; a bad
+/// limit is one clear line and exit code 1.
+#[tokio::test]
+async fn namespace_policies_from_the_command_line() {
+    let admin = admin().await;
+    let key = Some(admin.key.as_str());
+    let set = &[
+        "-o",
+        "json",
+        "namespace",
+        "set",
+        "billing",
+        "--limit",
+        "max_concurrent_calls=50",
+        "--kafka-topics",
+        "billing.*,audit",
+        "--callback-allow",
+        "10.20.0.0/16",
+    ];
+    let policy = json(&punctual(&admin, key, set).await);
+    assert_eq!(policy["limits"]["max_concurrent_calls"], 50);
+    assert_eq!(policy["kafka_topics"], serde_json::json!(["billing.*", "audit"]));
+    assert_eq!(policy["callback_allow"], serde_json::json!(["10.20.0.0/16"]));
+    let shown = stdout(&punctual(&admin, key, &["namespace", "get", "billing"]).await);
+    assert!(shown.contains("max_concurrent_calls=50") && shown.contains("billing.*,audit"), "{shown}");
+    let reset = &["-o", "json", "namespace", "set", "billing", "--limit", "max_concurrent_calls=default"];
+    assert_eq!(json(&punctual(&admin, key, reset).await)["limits"]["max_concurrent_calls"], 2_000);
+    let listed = stdout(&punctual(&admin, key, &["namespace", "list"]).await);
+    assert!(listed.contains("billing") && listed.contains("10.20.0.0/16"), "{listed}");
+    let line = failure(&punctual(&admin, key, &["namespace", "set", "billing", "--limit", "max_timers=lots"]).await);
+    assert!(line.contains("max_timers") && line.contains("whole number"), "{line}");
+    let line =
+        failure(&punctual(&admin, key, &["namespace", "set", "billing", "--callback-allow", "not a host!"]).await);
+    assert!(line.contains("callback_allow[0]"), "{line}");
+    let line = failure(&punctual(&admin, key, &["namespace", "get", "Bad/Name"]).await);
+    assert!(line.contains("namespace"), "{line}");
 }

@@ -117,3 +117,20 @@ mod tests {
         assert_eq!("=5".parse::<KafkaOptions>(), Err(KafkaOptionError("=5".into())));
     }
 }
+
+/// The keys that seal secrets at rest (shared/src/sealed.rs).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SecretKeyConfig {
+    /// Keys that seal signing secrets and secret header values in the database:
+    /// `<id>:<base64 of 32 bytes>`, comma-separated; the first seals, every one opens
+    /// (`punctual secrets key` makes one). Without, they are stored as given.
+    // A string, parsed at start: clap's error for a malformed value would print the value.
+    #[arg(long = "secret-key", env = "PUNCTUAL_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+}
+
+impl SecretKeyConfig {
+    pub fn keys(&self) -> Result<crate::sealed::SecretKeys, crate::sealed::InvalidSecretKey> {
+        self.secret_key.as_deref().unwrap_or_default().parse()
+    }
+}

@@ -5,9 +5,12 @@
 //! [`MAX_HEAD_BYTES`] with at most [`MAX_HEADERS`] headers (431 beyond). A stop lets the
 //! requests in flight finish, for [`SHUTDOWN_TIMEOUT`] at most. Every error answer is a
 //! problem ([`crate::problem`]). Each request carries its client's address
-//! (`axum::extract::ConnectInfo<SocketAddr>`).
+//! (`axum::extract::ConnectInfo<SocketAddr>`). At most [`MAX_CONNECTIONS`] are open at once:
+//! beyond, new ones wait in the listen queue until one closes, so no number of clients can
+//! take the service's file descriptors.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -17,6 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::timeout::TimeoutLayer;
 
@@ -25,6 +29,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 64;
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_CONNECTIONS: usize = 4_096;
 
 /// Serves `router` on `listener` until `token` is cancelled.
 pub async fn serve(listener: TcpListener, router: Router, token: CancellationToken) -> std::io::Result<()> {
@@ -37,7 +42,12 @@ pub async fn serve(listener: TcpListener, router: Router, token: CancellationTok
         .max_buf_size(MAX_HEAD_BYTES)
         .max_headers(MAX_HEADERS);
     let graceful = GracefulShutdown::new();
+    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = tokio::select! {
+            _ = token.cancelled() => break,
+            slot = open.clone().acquire_owned() => slot.expect("never closed"),
+        };
         let (stream, peer) = tokio::select! {
             _ = token.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -60,6 +70,7 @@ pub async fn serve(listener: TcpListener, router: Router, token: CancellationTok
         tokio::spawn(async move {
             // A client that goes away or breaks the protocol ends only its own connection.
             let _ = connection.await;
+            drop(slot);
         });
     }
     drop(listener);

@@ -54,23 +54,28 @@ pub struct TargetGuard {
     networks: Vec<IpNet>,
 }
 
-/// A target refused by the guard.
+/// A target refused by the guard. What it says is stored with the occurrence, which the
+/// timer's tenant reads: it names the rule, never the addresses a name resolved to (which
+/// would map the service's internal network for the tenant); the executor's log has them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{host} is not a public address{reached} and is not allowed by PUNCTUAL_CALLBACK_ALLOW: refused")]
+#[error(
+    "{host} {reaches} no public address, and neither PUNCTUAL_CALLBACK_ALLOW nor the namespace's callback_allow \
+     allows it (loopback, private, link-local and other reserved networks are refused): refused"
+)]
 pub struct Refused {
     pub host: String,
-    /// ` (resolves to …)` when a name was resolved.
-    reached: String,
+    reaches: &'static str,
+    /// What a name resolved to (empty for a literal address): for the operator's log only.
+    pub addresses: Vec<IpAddr>,
 }
 
 impl Refused {
     pub fn resolved(host: &str, addresses: &[IpAddr]) -> Self {
-        let list: Vec<String> = addresses.iter().map(IpAddr::to_string).collect();
-        Refused { host: host.to_owned(), reached: format!(" (resolves to {})", list.join(", ")) }
+        Refused { host: host.to_owned(), reaches: "resolves to", addresses: addresses.to_vec() }
     }
 
     pub fn literal(ip: IpAddr) -> Self {
-        Refused { host: ip.to_string(), reached: String::new() }
+        Refused { host: ip.to_string(), reaches: "is", addresses: Vec::new() }
     }
 }
 
@@ -113,6 +118,19 @@ fn is_host_name(s: &str) -> bool {
 }
 
 impl TargetGuard {
+    /// What this guard and `more` both open (a namespace's list added to the service's).
+    pub fn with(&self, more: &TargetGuard) -> TargetGuard {
+        let mut both = self.clone();
+        both.hosts.extend(more.hosts.iter().filter(|h| !self.hosts.contains(h)).cloned());
+        both.networks.extend(more.networks.iter().filter(|n| !self.networks.contains(n)).copied());
+        both
+    }
+
+    /// Whether it opens nothing beyond public addresses.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty() && self.networks.is_empty()
+    }
+
     /// Whether `host` (a URL's host, a name or an address) is allowed by name: then any
     /// address it resolves to may be reached.
     pub fn allows_host(&self, host: &str) -> bool {
@@ -246,7 +264,12 @@ mod tests {
         assert_eq!(guard.filter("hooks.internal", vec![ip("10.9.9.9")]), Ok(vec![ip("10.9.9.9")]));
         assert_eq!(guard.filter("mixed.example", vec![ip("10.9.9.9"), ip("8.8.8.8")]), Ok(vec![ip("8.8.8.8")]));
         let refused = TargetGuard::default().filter("evil.example", vec![ip("169.254.169.254")]).unwrap_err();
-        assert!(refused.to_string().contains("evil.example") && refused.to_string().contains("169.254.169.254"));
+        let said = refused.to_string();
+        assert!(
+            said.contains("evil.example") && !said.contains("169.254.169.254"),
+            "the rule, not the addresses: {said}"
+        );
+        assert_eq!(refused.addresses, vec![ip("169.254.169.254")], "kept for the operator's log");
         assert!("not a host!".parse::<TargetGuard>().is_err());
         assert!("".parse::<TargetGuard>().unwrap() == TargetGuard::default());
     }

@@ -29,21 +29,38 @@ use sqlx::{FromRow, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use crate::bucket::{bucket_of, owned_join, Held, MEMBER};
+use crate::namespace_policy;
 use crate::retry::RetryPolicy;
 use crate::timer::task_identity;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where an occurrence stands (`tasks.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum TaskStatus {
+    /// Planned, waiting for its due time (or for a retry's).
     Pending,
+    /// Claimed by a scanner, which publishes it when due.
     Claimed,
+    /// Started by an executor.
     Running,
     Succeeded,
+    /// Failed its last attempt (or had no turn within the hour).
     Dead,
+    /// Not run: its timer changed or was paused, or a policy (misfire, overlap) skipped it.
     Cancelled,
 }
 
 impl TaskStatus {
+    pub const ALL: [TaskStatus; 6] = [
+        TaskStatus::Pending,
+        TaskStatus::Claimed,
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Dead,
+        TaskStatus::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Pending => "pending",
@@ -53,6 +70,17 @@ impl TaskStatus {
             TaskStatus::Dead => "dead",
             TaskStatus::Cancelled => "cancelled",
         }
+    }
+}
+
+impl std::str::FromStr for TaskStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskStatus::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = TaskStatus::ALL.iter().map(|status| status.as_str()).collect();
+            format!("{s:?} is none of {}", names.join(", "))
+        })
     }
 }
 
@@ -299,6 +327,9 @@ pub struct StartedTask {
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
+    /// When the attempt is due, as the row says: a message published ahead of it (the
+    /// scanner's lead) runs it then, not before, whatever the message says.
+    pub due_at: DateTime<Utc>,
     pub started_at: DateTime<Utc>,
     /// As of the timer version the task was planned from; shared by the tasks of that
     /// version (see [`ActionCache`]).
@@ -399,6 +430,11 @@ const RETRY_COLUMNS: &str = "tm.retry_max_attempts, tm.retry_initial_ms, tm.retr
 /// timeout.
 const UNMARKED_RUN_MARGIN_MS: i32 = 2_000;
 
+/// The most a scanner publishes ahead of a task's due time (`PUNCTUAL_PUBLISH_LEAD_MS` is
+/// checked against it). A message for a task due later than that is not the scanner's, and
+/// runs nothing; the scanner's own comes in time.
+pub const MAX_PUBLISH_LEAD: Duration = Duration::from_secs(10);
+
 /// What the executor asks to start: a message's task, attempt and epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartRequest {
@@ -439,20 +475,24 @@ pub async fn start(
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
-        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.claim_epoch AS epoch, now() AS started_at, tm.version AS timer_version,
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.claim_epoch AS epoch, now() AS started_at,
+                tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
-                 AND t.lease_until > now() + (tm.http_timeout_ms + $3) * interval '1 millisecond') AS unmarked
+                 AND t.lease_until > greatest(now(), t.due_at) + (tm.http_timeout_ms + $3) * interval '1 millisecond')
+                   AS unmarked
            FROM UNNEST($1::bigint[], $2::int[], $4::bigint[]) AS m(id, attempt, epoch)
            JOIN tasks t ON t.id = m.id
            JOIN timers tm ON tm.id = t.timer_id
-          WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch"
+          WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch
+            AND t.due_at <= now() + $5 * interval '1 millisecond'"
     ))
     .bind(&ids)
     .bind(&attempts)
     .bind(UNMARKED_RUN_MARGIN_MS)
     .bind(&epochs)
+    .bind(MAX_PUBLISH_LEAD.as_millis() as i64)
     .fetch_all(db)
     .await?;
     // A message whose task is not at its attempt and epoch any more was delivered before.
@@ -529,6 +569,7 @@ struct StartCandidate {
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
     attempt: i32,
+    due_at: DateTime<Utc>,
     epoch: i64,
     started_at: DateTime<Utc>,
     timer_version: i64,
@@ -546,6 +587,7 @@ impl StartCandidate {
             timer_id: self.timer_id,
             scheduled_at: self.scheduled_at,
             attempt: self.attempt,
+            due_at: self.due_at,
             started_at: self.started_at,
             action,
             retry: self.retry.into(),
@@ -560,6 +602,7 @@ struct MarkedStart {
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
     attempt: i32,
+    due_at: DateTime<Utc>,
     started_at: DateTime<Utc>,
     #[sqlx(flatten)]
     action: Action,
@@ -584,30 +627,45 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
     // not in `WHERE`, for the reason given at [`start`]; locking a finished row of the
     // batch costs nothing, no one else writes it.
     let rows: Vec<PgRow> = sqlx::query(&format!(
-        "WITH waiting AS (
-            SELECT t.id,
-                   CASE
-                     WHEN NOT (t.status = 'claimed' OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3))
-                       THEN 'none'
-                     WHEN NOT (tm.state = 'active' AND tm.version = t.timer_version) THEN 'cancel'
-                     WHEN tm.overlap_policy = 'allow' THEN 'run'
-                     WHEN NOT EXISTS (SELECT 1 FROM tasks o
-                                       WHERE o.timer_id = t.timer_id AND o.status = 'running' AND o.id <> t.id) THEN 'run'
-                     WHEN tm.overlap_policy = 'buffer_one'
-                      AND NOT EXISTS (SELECT 1 FROM tasks b
-                                       WHERE b.timer_id = t.timer_id AND b.id <> t.id AND b.attempt = 1
-                                         AND b.status IN ('pending', 'claimed')
-                                         AND b.due_at > b.scheduled_at) THEN 'defer'
-                     ELSE 'skip'
-                   END AS verdict,
-                   CASE WHEN tm.state = 'active' AND tm.version = t.timer_version
-                        THEN 'overlap: the previous run was still running'
-                        ELSE 'timer paused, deleted or changed before the occurrence ran' END AS reason
+        "WITH locked AS (
+            SELECT t.id, t.timer_id, t.scheduled_at,
+                   (t.status = 'claimed' OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3)) AS startable,
+                   (tm.state = 'active' AND tm.version = t.timer_version) AS current, tm.overlap_policy
               FROM UNNEST($1::bigint[], $2::int[], $4::bigint[]) AS m(id, attempt, epoch)
               JOIN tasks t ON t.id = m.id
               JOIN timers tm ON tm.id = t.timer_id
              WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch
+               AND t.due_at <= now() + $5 * interval '1 millisecond'
              FOR UPDATE OF t
+         ), placed AS (
+            -- A batch can hold several occurrences of one timer (messages that bunched up):
+            -- they are judged in order, as if they had come one after the other.
+            SELECT l.*,
+                   row_number() OVER (PARTITION BY l.timer_id
+                                      ORDER BY (l.startable AND l.current) DESC, l.scheduled_at, l.id) AS place,
+                   EXISTS (SELECT 1 FROM tasks o
+                            WHERE o.timer_id = l.timer_id AND o.status = 'running' AND o.id <> l.id) AS busy
+              FROM locked l
+         ), waiting AS (
+            SELECT p.id,
+                   CASE
+                     WHEN NOT p.startable THEN 'none'
+                     WHEN NOT p.current THEN 'cancel'
+                     WHEN p.overlap_policy = 'allow' THEN 'run'
+                     WHEN p.place = 1 AND NOT p.busy THEN 'run'
+                     -- The first waiting after the one running (there or in the batch), unless
+                     -- another occurrence outside the batch waits already.
+                     WHEN p.overlap_policy = 'buffer_one' AND p.place = CASE WHEN p.busy THEN 1 ELSE 2 END
+                      AND NOT EXISTS (SELECT 1 FROM tasks b
+                                       WHERE b.timer_id = p.timer_id AND b.id <> ALL($1) AND b.attempt = 1
+                                         AND b.status IN ('pending', 'claimed')
+                                         AND b.due_at > b.scheduled_at) THEN 'defer'
+                     ELSE 'skip'
+                   END AS verdict,
+                   CASE WHEN p.current
+                        THEN 'overlap: the previous run was still running'
+                        ELSE 'timer paused, deleted or changed before the occurrence ran' END AS reason
+              FROM placed p
          ), cancelled AS (
             UPDATE tasks t SET status = 'cancelled', finished_at = now(), error = w.reason
               FROM waiting w
@@ -621,9 +679,10 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
             UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
              WHERE t.id = w.id AND w.verdict = 'run'
-            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.started_at
+            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.started_at
          )
-         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.started_at, {ACTION_COLUMNS}, {RETRY_COLUMNS}
+         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.due_at, s.started_at, {ACTION_COLUMNS},
+                {RETRY_COLUMNS}
            FROM waiting w
            LEFT JOIN started s ON s.id = w.id
            LEFT JOIN timers tm ON tm.id = s.timer_id"
@@ -632,6 +691,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
     .bind(&attempts)
     .bind(owner)
     .bind(&epochs)
+    .bind(MAX_PUBLISH_LEAD.as_millis() as i64)
     .fetch_all(db)
     .await?;
     // Messages whose task is not at their attempt and epoch have no row: delivered before.
@@ -649,6 +709,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                     timer_id: row.timer_id,
                     scheduled_at: row.scheduled_at,
                     attempt: row.attempt,
+                    due_at: row.due_at,
                     started_at: row.started_at,
                     action: Arc::new(row.action),
                     retry: row.retry.into(),
@@ -750,12 +811,42 @@ pub enum Next {
     },
     /// No attempt left (or a failure not worth retrying).
     Dead,
-    /// Back to pending, due again at this time, as the same attempt: the target asked to
-    /// be called later (`429` or `503` with `Retry-After`), which is no failure of the
-    /// occurrence and counts no attempt.
+    /// Not run, and not to be: its target is paused for its namespace. No attempt is
+    /// counted.
+    Cancelled,
+    /// Back to pending, due again at this time, as the same attempt: the occurrence could
+    /// not run now for a reason that is no failure of its own, and counts no attempt.
     Defer {
         due_at: DateTime<Utc>,
+        reason: DeferReason,
     },
+}
+
+/// Why an occurrence was deferred (`punctual_deferred_total{reason}`, the task's
+/// `deferred_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum DeferReason {
+    /// Its target answered `429` or `503` with `Retry-After`.
+    RetryAfter,
+    /// Its target had as many calls in flight as it is allowed, with more waiting than
+    /// a turn would come for soon: the call was not made.
+    TargetLimit,
+    /// Likewise its namespace (the namespace's `max_concurrent_calls`).
+    NamespaceLimit,
+}
+
+impl DeferReason {
+    pub const ALL: [DeferReason; 3] = [DeferReason::RetryAfter, DeferReason::TargetLimit, DeferReason::NamespaceLimit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeferReason::RetryAfter => "retry_after",
+            DeferReason::TargetLimit => "target_limit",
+            DeferReason::NamespaceLimit => "namespace_limit",
+        }
+    }
 }
 
 /// How an attempt ended, and what comes next.
@@ -788,6 +879,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
             Next::Succeeded => "succeeded",
             Next::Retry { .. } => "pending",
             Next::Dead => "dead",
+            Next::Cancelled => "cancelled",
             // Stored as pending: the statement below keeps its attempt.
             Next::Defer { .. } => "deferred",
         })
@@ -795,7 +887,14 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     let due: Vec<Option<DateTime<Utc>>> = outcomes
         .iter()
         .map(|o| match o.next {
-            Next::Retry { due_at } | Next::Defer { due_at } => Some(due_at),
+            Next::Retry { due_at } | Next::Defer { due_at, .. } => Some(due_at),
+            _ => None,
+        })
+        .collect();
+    let reasons: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| match o.next {
+            Next::Defer { reason, .. } => Some(reason.as_str()),
             _ => None,
         })
         .collect();
@@ -808,13 +907,13 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     let result = sqlx::query(
         "WITH v AS (
             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[],
-                                 $7::int[], $8::int[], $9::timestamptz[])
-                AS v(id, status, due_at, http_status, excerpt, error, duration_ms, attempt, started_at)
+                                 $7::int[], $8::int[], $9::timestamptz[], $10::text[])
+                AS v(id, status, due_at, http_status, excerpt, error, duration_ms, attempt, started_at, deferred_reason)
          ), history AS (
             INSERT INTO task_attempts (task_id, attempt, started_at, http_status, error, response_excerpt, duration_ms)
             SELECT t.id, t.attempt, v.started_at, v.http_status, v.error, v.excerpt, v.duration_ms
               FROM tasks t JOIN v ON v.id = t.id AND v.attempt = t.attempt
-             WHERE t.status IN ('running', 'claimed') AND v.status NOT IN ('succeeded', 'deferred')
+             WHERE t.status IN ('running', 'claimed') AND v.status NOT IN ('succeeded', 'deferred', 'cancelled')
             ON CONFLICT DO NOTHING
          )
          UPDATE tasks t
@@ -826,7 +925,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
                 claim_owner = NULL, lease_until = NULL,
                 claim_epoch = CASE WHEN v.status IN ('pending', 'deferred') THEN NULL ELSE t.claim_epoch END,
                 http_status = v.http_status, response_excerpt = v.excerpt, error = v.error,
-                duration_ms = v.duration_ms
+                duration_ms = v.duration_ms, deferred_reason = v.deferred_reason
            FROM v
           WHERE t.id = v.id AND t.attempt = v.attempt AND t.status IN ('running', 'claimed')",
     )
@@ -839,41 +938,96 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     .bind(&durations)
     .bind(&attempts)
     .bind(&started)
+    .bind(&reasons)
     .execute(db)
     .await?;
     Ok(result.rows_affected())
 }
 
-/// Replays dead tasks: dead → pending, due now, as a further attempt. Returns the ids
-/// replayed (tasks not dead are left alone).
+/// Replays dead tasks: dead → pending, as a further attempt, due within their namespace's
+/// catch-up budget (see [`namespace_policy::book_catch_up`]): at once for a few, spread
+/// over the following seconds for many, oldest first. Returns the ids replayed (tasks not
+/// dead are left alone).
 pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar(
-        "UPDATE tasks SET status = 'pending', due_at = now(), attempt = attempt + 1, finished_at = NULL,
-                claim_owner = NULL, claim_epoch = NULL, lease_until = NULL
-          WHERE id = ANY($1) AND status = 'dead'
-         RETURNING id",
+    let mut tx = db.begin().await?;
+    let dead: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT t.id, tm.namespace FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.id = ANY($1) AND t.status = 'dead'
+          ORDER BY tm.namespace, t.scheduled_at, t.id
+            FOR UPDATE OF t",
     )
     .bind(ids)
-    .fetch_all(db)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut replayed = Vec::with_capacity(dead.len());
+    let mut due = Vec::with_capacity(dead.len());
+    for namespace in dead.chunk_by(|a, b| a.1 == b.1) {
+        let (first, apart) = namespace_policy::book_catch_up(&mut tx, &namespace[0].1, namespace.len()).await?;
+        for (i, (id, _)) in namespace.iter().enumerate() {
+            replayed.push(*id);
+            due.push(first + apart * i as i32);
+        }
+    }
+    let replayed = sqlx::query_scalar(
+        "UPDATE tasks t SET status = 'pending', due_at = v.due_at, attempt = attempt + 1, finished_at = NULL,
+                claim_owner = NULL, claim_epoch = NULL, lease_until = NULL, deferred_reason = NULL
+           FROM UNNEST($1::bigint[], $2::timestamptz[]) AS v(id, due_at)
+          WHERE t.id = v.id AND t.status = 'dead'
+         RETURNING t.id",
+    )
+    .bind(&replayed)
+    .bind(&due)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(replayed)
 }
 
 /// Adds occurrences of an active timer at the times `at`, due at once, beside its
-/// schedule's (the operator's trigger and backfill): each is claimed, published and run
-/// like any other, with its own identity, so one that exists already (it ran, or is
-/// planned) is left alone and never runs twice. Returns the ids of those added: none when
-/// the timer is not active.
+/// schedule's (the operator's trigger): each is claimed, published and run like any
+/// other, with its own identity, so one that exists already (it ran, or is planned) is
+/// left alone and never runs twice. Returns the ids of those added: none when the timer is
+/// not active.
 pub async fn add_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<Vec<i64>, sqlx::Error> {
+    let now = vec![Utc::now(); at.len()];
+    insert_occurrences(db, timer_id, at, &now).await
+}
+
+/// As [`add_occurrences`], for a backfill: due within the timer's namespace's catch-up
+/// budget (see [`namespace_policy::book_catch_up`]), oldest first.
+pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<Vec<i64>, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let namespace: Option<String> = sqlx::query_scalar("SELECT namespace FROM timers WHERE id = $1")
+        .bind(timer_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(namespace) = namespace else {
+        return Ok(Vec::new());
+    };
+    let (first, apart) = namespace_policy::book_catch_up(&mut tx, &namespace, at.len()).await?;
+    let due: Vec<DateTime<Utc>> = (0..at.len()).map(|i| first + apart * i as i32).collect();
+    let added = insert_occurrences(&mut *tx, timer_id, at, &due).await?;
+    tx.commit().await?;
+    Ok(added)
+}
+
+async fn insert_occurrences(
+    db: impl sqlx::PgExecutor<'_>,
+    timer_id: Uuid,
+    at: &[DateTime<Utc>],
+    due: &[DateTime<Utc>],
+) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
-         SELECT tm.id, s, now(), tm.version, $3, 'pending'
-           FROM timers tm, UNNEST($2::timestamptz[]) AS s
+         SELECT tm.id, s.at, s.due_at, tm.version, $4, 'pending'
+           FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at)
           WHERE tm.id = $1 AND tm.state = 'active'
          ON CONFLICT (timer_id, scheduled_at) DO NOTHING
          RETURNING id",
     )
     .bind(timer_id)
     .bind(at)
+    .bind(due)
     .bind(bucket_of(timer_id))
     .fetch_all(db)
     .await
@@ -934,6 +1088,16 @@ impl From<&ClaimedTask> for TaskMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metric's label, the JSON and the column all spell a reason alike; `ALL` holds
+    /// each once, in declaration order (the executor counts by the enum's index).
+    #[test]
+    fn a_defer_reason_is_spelled_alike_everywhere() {
+        for (i, reason) in DeferReason::ALL.into_iter().enumerate() {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+            assert_eq!(reason as usize, i);
+        }
+    }
 
     #[test]
     fn message_round_trips_and_keys_by_identity() {

@@ -117,6 +117,9 @@ pub struct KafkaActionSpec {
     pub value: Value,
 }
 
+/// The prefix of the headers the executor sets on every message it publishes.
+pub const SERVICE_HEADER_PREFIX: &str = "punctual-";
+
 /// A message to publish, checked. The key defaults to the occurrence's identity.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct KafkaAction {
@@ -133,15 +136,27 @@ impl KafkaAction {
         headers: BTreeMap<String, String>,
         value: Value,
     ) -> Result<Self, FieldError> {
-        let legal = (1..=249).contains(&topic.len())
-            && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-            && topic != "."
-            && topic != "..";
-        if !legal {
+        if !crate::kafka_topics::is_legal(topic) {
             return Err(FieldError::new("action.kafka.topic", format!("not a legal topic name: {topic:?}")));
+        }
+        if crate::kafka_topics::is_reserved(topic, &[]) {
+            return Err(FieldError::new(
+                "action.kafka.topic",
+                format!(
+                    "{topic:?} is one of the service's own topics (punctual.*, __*), which no timer may publish to"
+                ),
+            ));
         }
         if let Some(name) = headers.keys().find(|n| n.is_empty()) {
             return Err(FieldError::new(format!("action.kafka.headers.{name}"), "header names must not be empty"));
+        }
+        // The executor's own headers (the idempotency key, the attempt) come first and
+        // must stay the only ones of their names.
+        if let Some(name) = headers.keys().find(|n| n.to_ascii_lowercase().starts_with(SERVICE_HEADER_PREFIX)) {
+            return Err(FieldError::new(
+                format!("action.kafka.headers.{name}"),
+                format!("headers named {SERVICE_HEADER_PREFIX}* are the service's own"),
+            ));
         }
         Ok(Self { topic: topic.to_owned(), key, headers, value })
     }
@@ -194,6 +209,22 @@ pub const MAX_URL_BYTES: usize = 2048;
 pub const MAX_HEADERS: usize = 32;
 pub const MAX_HEADER_NAME_BYTES: usize = 256;
 pub const MAX_HEADER_VALUE_BYTES: usize = 4096;
+/// A header value of [`MAX_HEADER_VALUE_BYTES`] sealed (crate::sealed) is at most this long.
+pub const MAX_SEALED_HEADER_VALUE_BYTES: usize = 6 * 1024;
+
+/// Request headers a timer may not set: those of the connection and its framing, which
+/// the HTTP client sets (and which would send a stored secret to another host: `Host`), and
+/// the Standard Webhooks signature headers, which the executor sets.
+const CONNECTION_HEADERS: [&str; 8] =
+    ["host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"];
+const RESERVED_HEADER_PREFIXES: [&str; 2] = ["proxy-", "webhook-"];
+
+/// Whether a callback header of this name is the connection's or the service's, which no
+/// timer may set (any case).
+pub fn is_reserved_http_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    CONNECTION_HEADERS.contains(&name.as_str()) || RESERVED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p))
+}
 
 /// An HTTP callback, checked.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -252,7 +283,18 @@ impl HttpAction {
             if !name_ok {
                 return Err(FieldError::new(format!("action.http.headers.{name}"), "not a valid header name"));
             }
-            if value.len() > MAX_HEADER_VALUE_BYTES {
+            if is_reserved_http_header(name) {
+                return Err(FieldError::new(
+                    format!("action.http.headers.{name}"),
+                    "set by the HTTP connection or by the service (Host, Connection, Keep-Alive, Transfer-Encoding, \
+                     Content-Length, TE, Trailer, Upgrade, Proxy-*, webhook-*); a timer may not set it",
+                ));
+            }
+            // A sealed value (a secret stored sealed, sent back as read) is longer than what
+            // it seals.
+            let max =
+                if crate::sealed::is_sealed(value) { MAX_SEALED_HEADER_VALUE_BYTES } else { MAX_HEADER_VALUE_BYTES };
+            if value.len() > max {
                 return Err(FieldError::new(
                     format!("action.http.headers.{name}"),
                     format!("at most {MAX_HEADER_VALUE_BYTES} bytes, got {}", value.len()),

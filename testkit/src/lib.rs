@@ -7,6 +7,7 @@
 //! `PUNCTUAL_TEST_DATABASE_URL` (a server URL; each test creates its own database in it)
 //! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
 
+pub mod black_hole;
 pub mod extreme_values;
 pub mod load;
 pub mod process;
@@ -42,6 +43,10 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}", &Uuid::new_v4().simple().to_string()[..12])
 }
 
+/// The role the scanners and executors of a test stack run as: rows, no DDL
+/// (docs/operations.md, "Least privilege").
+pub const SERVICE_ROLE: &str = "punctual_service";
+
 /// A database of its own for one test, migrated.
 pub struct TestDb {
     pub url: String,
@@ -69,7 +74,22 @@ impl TestDb {
             .await
             .expect("connect to the test database");
         punctual_shared::db::MIGRATOR.run(&pool).await.expect("migrate the test database");
+        // The scanners and executors of a test stack run as the service role, as deployed.
+        let created = sqlx::query(&format!("CREATE ROLE {SERVICE_ROLE} LOGIN")).execute(&pool).await;
+        if let Err(e) = created {
+            // Made already, by this test or another on the same server.
+            let code = e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
+            assert!(matches!(code.as_deref(), Some("42710" | "23505")), "create the service role: {e}");
+        }
+        punctual_shared::db::grant_service_role(&pool, SERVICE_ROLE).await.expect("grant the service role");
         TestDb { url, pool }
+    }
+
+    /// The database's URL for the service role.
+    pub fn service_url(&self) -> String {
+        let mut url = url::Url::parse(&self.url).expect("a database URL");
+        url.set_username(SERVICE_ROLE).expect("a URL with a host");
+        url.to_string()
     }
 
     /// Makes `owner` a scanner holding every bucket not held by another (for an hour), the

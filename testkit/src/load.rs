@@ -21,11 +21,17 @@ impl Load {
     /// `timers` cron timers firing every second for `seconds` seconds from a whole second
     /// a few seconds ahead, inserted with one SQL statement, calling `sink`'s `/load`.
     pub async fn start(stack: &Stack, sink: &Sink, timers: i64, seconds: i64) -> Load {
+        Self::start_with_overlap(stack, sink, timers, seconds, "allow").await
+    }
+
+    /// As [`Load::start`], the timers with the overlap policy `overlap` (`skip` marks every
+    /// run `running` in the tasks table).
+    pub async fn start_with_overlap(stack: &Stack, sink: &Sink, timers: i64, seconds: i64, overlap: &str) -> Load {
         let start = (Utc::now() + chrono::Duration::seconds(3)).duration_trunc(chrono::Duration::seconds(1)).unwrap();
         let timers: Vec<Uuid> = sqlx::query_scalar(
             "INSERT INTO timers (name, schedule_kind, cron_expr, start_at, end_at, http_url,
-                                 retry_max_attempts, retry_initial_ms, retry_max_ms)
-             SELECT 'load-' || g, 'cron', '* * * * * *', $1, $2, $3, 8, 500, 4000
+                                 retry_max_attempts, retry_initial_ms, retry_max_ms, overlap_policy)
+             SELECT 'load-' || g, 'cron', '* * * * * *', $1, $2, $3, 8, 500, 4000, $5
                FROM generate_series(1, $4) AS g
              RETURNING id",
         )
@@ -33,6 +39,7 @@ impl Load {
         .bind(start + chrono::Duration::seconds(seconds))
         .bind(sink.url("/load"))
         .bind(timers)
+        .bind(overlap)
         .fetch_all(&stack.db.pool)
         .await
         .unwrap();
@@ -109,9 +116,32 @@ impl Load {
         };
         println!("{audit:?}");
         if audit.lost > 0 {
+            println!("where the load's unfinished tasks stand:\n{}", self.unfinished(stack).await);
             println!("{}", dump_logs(stack));
         }
         audit
+    }
+
+    /// The load's tasks that did not succeed, counted by status, attempt and error: what
+    /// a loss left behind.
+    async fn unfinished(&self, stack: &Stack) -> String {
+        let rows: Result<Vec<(String, i32, String, i64)>, _> = sqlx::query_as(
+            "SELECT status::text, attempt, left(coalesce(error, ''), 120), count(*)
+               FROM tasks WHERE timer_id = ANY($1) AND status <> 'succeeded'
+              GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 20",
+        )
+        .bind(&self.timers)
+        .fetch_all(&stack.db.pool)
+        .await;
+        match rows {
+            Ok(rows) if rows.is_empty() => "  none: every task succeeded".into(),
+            Ok(rows) => rows
+                .iter()
+                .map(|(status, attempt, error, n)| format!("  {n} × {status} (attempt {attempt}) {error}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => format!("  could not read the tasks: {e}"),
+        }
     }
 }
 

@@ -22,7 +22,8 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// A free TCP port on 127.0.0.1 for a service to listen on: chosen at random below the
-/// kernel's ephemeral range and bound once to check it is free. A port from the ephemeral
+/// kernel's ephemeral range (and above the restartable servers' range) and bound once to
+/// check it is free. A port from the ephemeral
 /// range (what binding port 0 gives) can be taken, before the service binds it, as the
 /// local port of any outgoing connection, and with many tests at once it was: a scanner
 /// failed to bind, and another process's /healthz answered on its port.
@@ -31,7 +32,20 @@ pub fn free_port() -> u16 {
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let (low, high) = (10_000u16, ephemeral_from.max(10_001));
+    port_in(RESTARTABLE.end, ephemeral_from.max(RESTARTABLE.end + 1))
+}
+
+/// Ports kept for servers that tests kill and start again on the same port (brokers,
+/// Postgres): no other server of the suite listens there, so none can take the port while
+/// its server is down. scripts/stack.sh keeps the same range.
+const RESTARTABLE: std::ops::Range<u16> = 10_000..12_000;
+
+/// A free port for a server that a test may kill and start again on it.
+pub fn restartable_port() -> u16 {
+    port_in(RESTARTABLE.start, RESTARTABLE.end)
+}
+
+fn port_in(low: u16, high: u16) -> u16 {
     for _ in 0..200 {
         let random = u16::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..2].try_into().expect("two bytes"));
         let port = low + random % (high - low);
@@ -39,7 +53,7 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    panic!("no free port in {low}..{high}");
 }
 
 /// A running service process: killed when dropped. Its output goes to
@@ -90,6 +104,20 @@ impl ServiceProcess {
                 panic!("starting {}: {e} (run `cargo build --workspace --bins` first)", self.binary.display())
             });
         self.child = Some(child);
+    }
+
+    /// Changes a setting for the next start, as an operator changes a service's
+    /// environment before restarting it.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.envs.retain(|(k, _)| k != name);
+        self.envs.push((name.to_owned(), value.to_owned()));
+    }
+
+    /// How the process exited, if it has (without starting it again).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
     }
 
     /// Whether this is an instance of `binary` (e.g. "punctual-executor").

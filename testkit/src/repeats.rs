@@ -12,8 +12,9 @@ use chrono::{DateTime, Utc};
 use crate::Call;
 
 /// How long after it was sent a call may reach the sink's clock: a call the killed
-/// executor made just before its death can be recorded just after it.
-pub const SINK_DELAY: Duration = Duration::from_millis(50);
+/// executor made just before its death can be recorded just after it (57–61 ms seen on a
+/// machine busy with the whole suite).
+pub const SINK_DELAY: Duration = Duration::from_millis(250);
 
 #[derive(Debug)]
 pub struct Repeats {

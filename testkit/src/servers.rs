@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::process::free_port;
+use crate::process::restartable_port;
 
 fn stack_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack.sh")
@@ -45,7 +45,7 @@ impl PgServer {
 
     /// With server settings of its own, e.g. `-c shared_buffers=1GB`.
     pub fn start_with_options(options: &str) -> PgServer {
-        let server = PgServer { dir: temp_dir("pg"), port: free_port(), options: options.to_owned() };
+        let server = PgServer { dir: temp_dir("pg"), port: restartable_port(), options: options.to_owned() };
         server.up();
         server
     }
@@ -94,7 +94,7 @@ impl Broker {
     /// the broker comes back empty, a new cluster without the topics, the messages, the
     /// consumer groups or their offsets: a broker that lost its disk.
     pub fn start(durable: bool) -> Broker {
-        let broker = Broker { dir: temp_dir("broker"), port: free_port(), durable };
+        let broker = Broker { dir: temp_dir("broker"), port: restartable_port(), durable };
         broker.up();
         broker
     }

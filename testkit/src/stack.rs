@@ -27,7 +27,8 @@ pub struct Stack {
     pub http: reqwest::Client,
     /// The admin API's bootstrap key.
     pub api_key: String,
-    /// The environment every service was started with.
+    /// The environment every service was started with (the admin with the database's
+    /// owner instead of the service role).
     pub env: Vec<(&'static str, String)>,
 }
 
@@ -46,7 +47,9 @@ impl Stack {
         let api_key = punctual_shared::api_key::ApiKey::generate().expose().to_owned();
         let dead_topic = unique_name("punctual.dead");
         let mut env: Vec<(&'static str, String)> = vec![
-            ("PUNCTUAL_DATABASE_URL", db.url.clone()),
+            // The scanners and executors as the service role (no DDL); the admin, which
+            // migrates, as the schema's owner.
+            ("PUNCTUAL_DATABASE_URL", db.service_url()),
             ("PUNCTUAL_KAFKA_BROKERS", brokers.to_owned()),
             ("PUNCTUAL_TASKS_TOPIC", topic.clone()),
             ("PUNCTUAL_DEAD_TOPIC", dead_topic.clone()),
@@ -55,10 +58,15 @@ impl Stack {
             // The tests' callback targets listen on loopback, which the guard refuses unless allowed.
             ("PUNCTUAL_CALLBACK_ALLOW", LOOPBACK.to_owned()),
             ("PUNCTUAL_BOOTSTRAP_API_KEY", api_key.clone()),
+            // Secrets are stored sealed, as `make up` has them.
+            ("PUNCTUAL_SECRET_KEY", punctual_shared::sealed::SecretKeys::generate_entry("k1")),
         ];
         env.extend(extra.iter().cloned());
         let tag = unique_name("");
-        let mut admin = ServiceProcess::start("punctual-admin", &format!("admin{tag}"), "PUNCTUAL_ADMIN_ADDR", &env);
+        let admin_env: Vec<(&str, String)> =
+            env.iter().cloned().chain([("PUNCTUAL_DATABASE_URL", db.url.clone())]).collect();
+        let mut admin =
+            ServiceProcess::start("punctual-admin", &format!("admin{tag}"), "PUNCTUAL_ADMIN_ADDR", &admin_env);
         let mut scanner =
             ServiceProcess::start("punctual-scanner", &format!("scanner{tag}"), "PUNCTUAL_SCANNER_ADDR", &env);
         let mut executor =

@@ -1,7 +1,10 @@
 //! Who is calling: every API request carries `Authorization: Bearer <key>`, which is looked
 //! up by its digest (one indexed read) and becomes the request's [`Caller`]: a role and the
-//! namespaces it sees. Then the key's request rate is checked. A client address that sends
-//! too many requests without a valid key is refused before the lookup ([`FailedAuthLimiter`]).
+//! namespaces it sees. Then the key's request rate is checked. A client that sends too many
+//! requests without a valid key is refused ([`FailedAuthLimiter`]): at once when it sends no
+//! key, and when it sends one, after the lookup, of which such clients get only a few at a
+//! time. So guessers cannot load the database, and a valid key behind the same address (a
+//! proxy, a NAT) still passes.
 
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
@@ -19,6 +22,9 @@ use punctual_shared::api_key::{self, ApiKey, Role};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use tokio::sync::Semaphore;
+
+use crate::client_address::TrustedProxies;
 use crate::error::ApiError;
 use crate::failed_auth::FailedAuthLimiter;
 use crate::request_budget;
@@ -44,13 +50,26 @@ pub struct AuthConfig {
     /// are refused (429) for a while; 0 for no limit.
     #[arg(long, env = "PUNCTUAL_API_FAILED_AUTH_LIMIT", default_value_t = 10)]
     pub failed_auth_limit: u32,
+    /// Proxies in front of the admin (addresses and networks, comma-separated): behind one,
+    /// a client is the address it forwarded (`X-Forwarded-For`), not the proxy's.
+    #[arg(long, env = "PUNCTUAL_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { bootstrap_api_key: None, auth_disabled: false, api_rate_limit: 50, failed_auth_limit: 10 }
+        Self {
+            bootstrap_api_key: None,
+            auth_disabled: false,
+            api_rate_limit: 50,
+            failed_auth_limit: 10,
+            trusted_proxies: TrustedProxies::default(),
+        }
     }
 }
+
+/// Lookups at once for clients past their budget of requests without a valid key.
+const REFUSED_CLIENTS_LOOKUPS: usize = 2;
 
 /// The key a request came with: what it may do and where.
 #[derive(Debug, Clone)]
@@ -91,6 +110,13 @@ impl Caller {
 
     /// 403 unless the key has `role` in `namespace`. For requests that name a namespace;
     /// one that names an id answers 404 for what the key cannot see, as for an unknown id.
+    /// A namespace named in a path: a valid name (422 naming `namespace` otherwise), and
+    /// one this key may use with `role`.
+    pub fn require_namespace(&self, namespace: &str, role: Role) -> Result<(), ApiError> {
+        punctual_shared::timer::check_namespace(namespace)?;
+        self.require_in(namespace, role)
+    }
+
     pub fn require_in(&self, namespace: &str, role: Role) -> Result<(), ApiError> {
         self.require(role)?;
         if self.sees(namespace) {
@@ -127,6 +153,8 @@ pub struct Authenticator {
     disabled: bool,
     limiter: Option<Arc<DefaultKeyedRateLimiter<Uuid>>>,
     failed: Option<Arc<FailedAuthLimiter>>,
+    refused_lookups: Arc<Semaphore>,
+    proxies: TrustedProxies,
 }
 
 impl Authenticator {
@@ -147,24 +175,32 @@ impl Authenticator {
         }
         let limiter = NonZeroU32::new(config.api_rate_limit).map(|rate| Arc::new(request_budget::keyed(rate)));
         let failed = NonZeroU32::new(config.failed_auth_limit).map(|rate| Arc::new(FailedAuthLimiter::new(rate)));
-        Ok(Self { pool, disabled: config.auth_disabled, limiter, failed })
+        Ok(Self {
+            pool,
+            disabled: config.auth_disabled,
+            limiter,
+            failed,
+            refused_lookups: Arc::new(Semaphore::new(REFUSED_CLIENTS_LOOKUPS)),
+            proxies: config.trusted_proxies.clone(),
+        })
     }
 
-    async fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
-        if self.disabled {
-            return Ok(Caller::admin(None));
-        }
+    /// The request's key, if it carries a well-formed one.
+    fn key(headers: &HeaderMap) -> Result<ApiKey, ApiError> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Err(ApiError::Unauthenticated("send an API key: Authorization: Bearer <key>".into()));
         };
         // The scheme's name is case-insensitive (RFC 9110, 11.1).
-        let key = value
+        value
             .to_str()
             .ok()
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .and_then(|(_, k)| k.trim().parse::<ApiKey>().ok())
-            .ok_or_else(|| ApiError::Unauthenticated("the Authorization header is not Bearer <API key>".into()))?;
+            .ok_or_else(|| ApiError::Unauthenticated("the Authorization header is not Bearer <API key>".into()))
+    }
+
+    async fn caller(&self, key: &ApiKey) -> Result<Caller, ApiError> {
         let row: Option<(Uuid, String, Vec<String>)> =
             sqlx::query_as("SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL")
                 .bind(key.digest())
@@ -192,8 +228,8 @@ impl Authenticator {
             .map_err(|not_until| rate_limited(not_until.wait_time_from(DefaultClock::default().now())))
     }
 
-    fn refused(&self, peer: Option<IpAddr>) -> Option<Duration> {
-        self.failed.as_ref()?.refused(peer?)
+    fn refused(&self, client: Option<IpAddr>) -> Option<Duration> {
+        self.failed.as_ref()?.refused(client?)
     }
 
     fn count_failure(&self, peer: Option<IpAddr>) {
@@ -216,19 +252,16 @@ fn rate_limited(wait: Duration) -> ApiError {
 }
 
 /// The layer in front of every API route: 401 without a valid key, 429 past its rate or
-/// past the client address's budget of requests without a valid key.
+/// past the client's budget of requests without a valid key.
 pub async fn authenticate(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
-    if let Some(wait) = auth.refused(peer) {
-        return rate_limited(wait).into_response();
-    }
-    let caller = match auth.caller(request.headers()).await {
-        Ok(caller) => caller,
-        Err(e) => {
-            if matches!(e, ApiError::Unauthenticated(_)) {
-                auth.count_failure(peer);
-            }
-            return e.into_response();
+    let caller = if auth.disabled {
+        Caller::admin(None)
+    } else {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+        let client = peer.map(|peer| auth.proxies.client(peer, request.headers()));
+        match authenticated(&auth, client, request.headers()).await {
+            Ok(caller) => caller,
+            Err(e) => return e.into_response(),
         }
     };
     if let Err(e) = auth.check_rate(&caller) {
@@ -236,6 +269,35 @@ pub async fn authenticate(State(auth): State<Authenticator>, mut request: Reques
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+async fn authenticated(auth: &Authenticator, client: Option<IpAddr>, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let refused = auth.refused(client);
+    let key = match Authenticator::key(headers) {
+        Ok(key) => key,
+        Err(e) => {
+            return Err(match refused {
+                Some(wait) => rate_limited(wait),
+                None => {
+                    auth.count_failure(client);
+                    e
+                }
+            })
+        }
+    };
+    // A refused client's key is looked up only while few such lookups run.
+    let _lookup = match refused {
+        Some(wait) => Some(auth.refused_lookups.try_acquire().map_err(|_| rate_limited(wait))?),
+        None => None,
+    };
+    match (auth.caller(&key).await, refused) {
+        (Err(ApiError::Unauthenticated(_)), Some(wait)) => Err(rate_limited(wait)),
+        (Err(e @ ApiError::Unauthenticated(_)), None) => {
+            auth.count_failure(client);
+            Err(e)
+        }
+        (result, _) => result,
+    }
 }
 
 #[cfg(test)]

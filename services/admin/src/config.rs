@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use punctual_shared::config::DatabaseConfig;
+use punctual_shared::config::{DatabaseConfig, SecretKeyConfig};
 use punctual_shared::target_guard::TargetGuard;
 
 use crate::auth::AuthConfig;
@@ -36,6 +36,19 @@ pub struct AdminConfig {
     /// for no limit.
     #[arg(long, env = "PUNCTUAL_NAMESPACE_MAX_TIMERS", default_value_t = 100_000)]
     pub namespace_max_timers: u64,
+    /// The tasks topic, as the scanners and executors are told it: no timer may publish to
+    /// it (nor to any topic under `punctual.` or `__`).
+    #[arg(long, env = "PUNCTUAL_TASKS_TOPIC", default_value = "punctual.tasks")]
+    pub tasks_topic: String,
+    /// The dead-letter topic, as the executors are told it: no timer may publish to it.
+    #[arg(long, env = "PUNCTUAL_DEAD_TOPIC", default_value = "punctual.dead")]
+    pub dead_topic: String,
+    /// Whether the admin applies the schema's migrations at its start (the scanners and
+    /// executors wait for them); false: it waits too, for `punctual migrate`.
+    #[arg(long, env = "PUNCTUAL_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+    #[command(flatten)]
+    pub secrets: SecretKeyConfig,
     #[command(flatten)]
     pub auth: AuthConfig,
 }

@@ -3,6 +3,7 @@
 pub mod api_keys;
 pub mod auth;
 pub mod bulk_actions;
+pub mod client_address;
 pub mod config;
 pub mod dead_tasks;
 pub mod error;
@@ -11,8 +12,10 @@ pub mod http_metrics;
 pub mod metrics;
 pub mod namespace_runs;
 pub mod namespace_stats;
+pub mod namespaces;
 pub mod openapi;
 pub mod operator_actions;
+pub mod paused_targets;
 pub mod query_check;
 pub mod request;
 pub mod request_budget;
@@ -20,6 +23,7 @@ pub mod run_view;
 pub mod secret_headers;
 pub mod signing_secrets;
 pub mod state;
+pub mod timer_policy;
 pub mod timer_runs;
 pub mod timer_stats;
 pub mod timer_store;
@@ -30,6 +34,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use punctual_shared::readiness::Readiness;
+use punctual_shared::sealed_store::{self, Resealed};
 use punctual_shared::{db, ops};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -51,8 +56,25 @@ pub struct App {
 
 impl App {
     pub async fn build(config: AdminConfig) -> anyhow::Result<Self> {
+        let secret_keys = std::sync::Arc::new(config.secrets.keys()?);
         let pool = db::connect_lazy(&config.database)?;
-        db::migrate(&pool).await.context("running migrations")?;
+        if config.migrate {
+            db::migrate(&pool).await.context("running migrations")?;
+        } else {
+            db::wait_for_schema(&pool).await.map_err(|state| anyhow::anyhow!("{state}"))?;
+        }
+        let secret_headers = config.secret_headers.clone();
+        let sealed = sealed_store::seal_stored(&pool, &secret_keys, &|name| secret_headers.is_secret(name))
+            .await
+            .map_err(|e| anyhow::anyhow!("sealing the stored secrets with PUNCTUAL_SECRET_KEY: {e}"))?;
+        if sealed != Resealed::default() {
+            tracing::info!(
+                signing_secrets = sealed.signing_secrets,
+                timers = sealed.timers,
+                key = secret_keys.current_id(),
+                "stored secrets sealed with the current key"
+            );
+        }
         let metrics = metrics::Metrics::new(config.metrics_namespace_label);
         punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
@@ -64,6 +86,8 @@ impl App {
             secret_headers: config.secret_headers.clone(),
             min_fire_interval: chrono::Duration::milliseconds(config.min_fire_interval_ms.min(i64::MAX as u64) as i64),
             namespace_max_timers: config.namespace_max_timers.min(i64::MAX as u64) as i64,
+            service_topics: [config.tasks_topic.clone(), config.dead_topic.clone()].into(),
+            secret_keys: secret_keys.clone(),
         };
         let authenticator = auth::Authenticator::start(pool.clone(), &config.auth).await.context("API keys")?;
         let (api, document) = openapi::routes();

@@ -5,6 +5,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use chrono::{DateTime, Duration, Utc};
+use punctual_shared::task::TaskStatus;
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -15,12 +16,9 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::Errors;
 use crate::request::{self, page_limit};
-use crate::run_view::{RunView, RUN_COLUMNS};
+use crate::run_view::{parse_status, RunView, RUN_COLUMNS};
 use crate::state::AppState;
 use punctual_shared::api_key::Role;
-
-/// The statuses an occurrence may be in.
-const STATUSES: [&str; 6] = ["pending", "claimed", "running", "succeeded", "dead", "cancelled"];
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_namespace_runs))
@@ -29,7 +27,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct RunsQuery {
-    /// `pending`, `claimed`, `running`, `succeeded`, `dead` or `cancelled`.
+    #[param(value_type = Option<TaskStatus>)]
     status: Option<String>,
     /// Scheduled at or after this (default: a day before `to`).
     from: Option<DateTime<Utc>>,
@@ -76,9 +74,7 @@ async fn list_namespace_runs(
     caller.require_in(&namespace, Role::Read)?;
     let q = request::query(query, None)?;
     let limit = page_limit(q.limit)?;
-    if let Some(status) = q.status.as_deref().filter(|s| !STATUSES.contains(s)) {
-        return Err(FieldError::new("status", format!("{status:?} is none of {}", STATUSES.join(", "))).into());
-    }
+    let status = q.status.as_deref().map(parse_status).transpose()?;
     let to = q.to.unwrap_or_else(Utc::now);
     let from = q.from.unwrap_or(to - Duration::days(1));
     if from >= to {
@@ -100,7 +96,7 @@ async fn list_namespace_runs(
     .bind(&namespace)
     .bind(from)
     .bind(to)
-    .bind(&q.status)
+    .bind(status)
     .bind(before.map(|(at, _)| at))
     .bind(before.map(|(_, id)| id))
     .bind(limit)

@@ -13,8 +13,8 @@ use utoipa_axum::router::OpenApiRouter;
 use crate::error::Problem;
 use crate::state::AppState;
 use crate::{
-    api_keys, bulk_actions, dead_tasks, namespace_runs, namespace_stats, operator_actions, signing_secrets, timer_runs,
-    timers,
+    api_keys, bulk_actions, dead_tasks, namespace_runs, namespace_stats, namespaces, operator_actions, paused_targets,
+    signing_secrets, timer_runs, timers,
 };
 
 #[derive(OpenApi)]
@@ -31,7 +31,7 @@ use crate::{
         (name = "timers", description = "Create, read, change and delete timers"),
         (name = "operations", description = "Run timers now, backfill, preview schedules, bulk changes"),
         (name = "runs", description = "Occurrences and their attempts; dead tasks"),
-        (name = "namespaces", description = "Per-namespace stats and signing secrets"),
+        (name = "namespaces", description = "Per-namespace limits, paused targets, stats and signing secrets"),
         (name = "keys", description = "API keys (admin keys only)"),
     )
 )]
@@ -91,6 +91,8 @@ pub fn routes() -> (Router<AppState>, Document) {
         .merge(dead_tasks::routes())
         .merge(namespace_runs::routes())
         .merge(namespace_stats::routes())
+        .merge(namespaces::routes())
+        .merge(paused_targets::routes())
         .merge(signing_secrets::routes())
         .merge(api_keys::routes())
         .split_for_parts();

@@ -159,7 +159,7 @@ async fn backfill_timer(
         at.push(t);
         next = schedule.next_after(timer.created_at, t);
     }
-    let added = task::add_occurrences(&state.pool, id, &at).await?.len() as u64;
+    let added = task::backfill(&state.pool, id, &at).await?.len() as u64;
     tracing::info!(timer_id = %id, from = %request.from, to = %request.to, occurrences = at.len(), added, "timer backfilled");
     Ok((StatusCode::ACCEPTED, Json(Backfilled { occurrences: at.len(), added })))
 }

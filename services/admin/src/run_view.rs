@@ -1,13 +1,21 @@
 //! An occurrence (a task) as the API shows it, with its failed attempts.
 
 use chrono::{DateTime, Utc};
+use punctual_shared::task::DeferReason;
+use punctual_shared::task::TaskStatus;
+use punctual_shared::timer::FieldError;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// The columns of a [`RunView`] from `tasks t`, its failed attempts oldest first.
+/// A status given in a query (`?status=`), or a problem naming the field.
+pub fn parse_status(status: &str) -> Result<TaskStatus, FieldError> {
+    status.parse().map_err(|e: String| FieldError::new("status", e))
+}
+
 pub const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
-    t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms,
+    t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms, t.deferred_reason,
     COALESCE((SELECT json_agg(json_build_object(
                 'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
                 'http_status', a.http_status, 'error', a.error, 'duration_ms', a.duration_ms) ORDER BY a.attempt)
@@ -33,8 +41,7 @@ pub struct RunView {
     pub scheduled_at: DateTime<Utc>,
     /// When it is run: its scheduled time, or later for a retry.
     pub due_at: DateTime<Utc>,
-    /// `pending`, `claimed`, `running`, `succeeded`, `dead` or `cancelled`.
-    pub status: String,
+    pub status: TaskStatus,
     /// The attempt running or last run, from 1.
     pub attempt: i32,
     pub claimed_at: Option<DateTime<Utc>>,
@@ -45,6 +52,11 @@ pub struct RunView {
     pub response_excerpt: Option<String>,
     pub error: Option<String>,
     pub duration_ms: Option<i32>,
+    /// Set when the occurrence was last deferred, until its next outcome: it waits, as the
+    /// same attempt, because its target answered 429 or 503 with Retry-After
+    /// (`retry_after`), or its target or namespace had no turn soon (`target_limit`,
+    /// `namespace_limit`; docs/semantics.md, "Fairness").
+    pub deferred_reason: Option<DeferReason>,
     #[schema(value_type = Vec<FailedAttempt>)]
     pub failed_attempts: sqlx::types::Json<Vec<FailedAttempt>>,
 }

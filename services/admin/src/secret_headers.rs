@@ -9,6 +9,7 @@ use std::convert::Infallible;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use punctual_shared::sealed::{is_sealed, Purpose, SecretKeys, SEALED_PREFIX};
 use punctual_shared::timer::{Action, FieldError};
 use serde_json::Value;
 
@@ -58,6 +59,34 @@ impl SecretHeaders {
                 *value = REDACTED.to_owned();
             }
         }
+    }
+
+    /// Seals, with the current key of `keys`, the values of `action`'s secret headers (none
+    /// without keys), and seals again those sealed with an older key. A value that looks
+    /// sealed but does not open is refused: it would be sent as it is.
+    pub fn seal(&self, keys: &SecretKeys, action: &mut Action) -> Result<(), FieldError> {
+        let (kind, headers) = match action {
+            Action::Http(http) => ("http", &mut http.headers),
+            Action::Kafka(kafka) => ("kafka", &mut kafka.headers),
+        };
+        for (name, value) in headers.iter_mut() {
+            let plaintext = if is_sealed(value) {
+                keys.open(value, Purpose::Header).map_err(|e| {
+                    FieldError::new(
+                        format!("action.{kind}.headers.{name}"),
+                        format!("values starting with {SEALED_PREFIX} are the service's sealed ones, and this one does not open ({e})"),
+                    )
+                })?
+            } else if self.is_secret(name) {
+                value.clone()
+            } else {
+                continue;
+            };
+            if keys.needs_sealing(value) {
+                *value = keys.seal(&plaintext, Purpose::Header);
+            }
+        }
+        Ok(())
     }
 
     /// Puts the stored values back where a timer given to be stored still reads

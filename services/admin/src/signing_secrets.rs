@@ -8,7 +8,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use punctual_shared::timer::{check_namespace, FieldError};
+use punctual_shared::sealed::Purpose;
+use punctual_shared::timer::FieldError;
 use punctual_shared::webhook_signature::{SigningSecret, SECRET_PREFIX};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -51,7 +52,7 @@ struct CreatedSecret {
 }
 
 /// A secret as listed: never the secret itself.
-#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 struct ListedSecret {
     id: Uuid,
     namespace: String,
@@ -63,12 +64,6 @@ struct ListedSecret {
 #[derive(Debug, Serialize, ToSchema)]
 struct SecretList {
     signing_secrets: Vec<ListedSecret>,
-}
-
-/// A namespace's secrets are read with `read` and changed with `write` in it.
-fn namespace(caller: &Caller, namespace: &str, role: Role) -> Result<(), ApiError> {
-    check_namespace(namespace)?;
-    caller.require_in(namespace, role)
 }
 
 /// A new signing secret for the namespace's callbacks (the only answer that shows it); an
@@ -91,13 +86,14 @@ async fn create_signing_secret(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<CreatedSecret>), ApiError> {
-    namespace(&caller, &ns, Role::Write)?;
+    caller.require_namespace(&ns, Role::Write)?;
     let request: CreateSecret = if body.is_empty() { CreateSecret::default() } else { parse_json(&headers, &body)? };
     let secret = match request.secret {
         Some(given) => given.parse::<SigningSecret>().map_err(|e| FieldError::new("secret", e.to_string()))?,
         None => SigningSecret::generate(),
     };
     let encoded = secret.encoded();
+    let stored = state.secret_keys.seal(&encoded, Purpose::SigningSecret);
     // Concurrent creates in one namespace take turns, so the count holds.
     let mut tx = state.pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('signing_secrets ' || $1))").bind(&ns).execute(&mut *tx).await?;
@@ -107,7 +103,7 @@ async fn create_signing_secret(
          RETURNING id, created_at",
     )
     .bind(&ns)
-    .bind(&encoded)
+    .bind(&stored)
     .bind(MAX_SECRETS_PER_NAMESPACE)
     .fetch_optional(&mut *tx)
     .await?;
@@ -134,15 +130,23 @@ async fn list_signing_secrets(
     caller: Caller,
     Path(ns): Path<String>,
 ) -> Result<Json<SecretList>, ApiError> {
-    namespace(&caller, &ns, Role::Read)?;
-    let signing_secrets = sqlx::query_as::<_, ListedSecret>(
-        "SELECT id, namespace, left(secret, $2) || '…' AS prefix, created_at
-           FROM signing_secrets WHERE namespace = $1 ORDER BY created_at, id",
+    caller.require_namespace(&ns, Role::Read)?;
+    let rows: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT id, namespace, secret, created_at FROM signing_secrets WHERE namespace = $1 ORDER BY created_at, id",
     )
     .bind(&ns)
-    .bind((SECRET_PREFIX.len() + SHOWN_PREFIX_CHARS) as i32)
     .fetch_all(&state.pool)
     .await?;
+    let shown = SECRET_PREFIX.len() + SHOWN_PREFIX_CHARS;
+    let signing_secrets = rows
+        .into_iter()
+        .map(|(id, namespace, secret, created_at)| {
+            // A secret that does not open (sealed with a key no longer listed) shows no prefix.
+            let opened = state.secret_keys.open(&secret, Purpose::SigningSecret).unwrap_or_default();
+            let prefix = format!("{}…", opened.get(..shown).unwrap_or(SECRET_PREFIX));
+            ListedSecret { id, namespace, prefix, created_at }
+        })
+        .collect();
     Ok(Json(SecretList { signing_secrets }))
 }
 
@@ -163,7 +167,7 @@ async fn delete_signing_secret(
     caller: Caller,
     Path((ns, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    namespace(&caller, &ns, Role::Write)?;
+    caller.require_namespace(&ns, Role::Write)?;
     let unknown = || ApiError::NotFound(format!("no signing secret {id} in namespace {ns}"));
     let Ok(secret_id) = Uuid::parse_str(&id) else {
         return Err(unknown());

@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use punctual_shared::task::TaskStatus;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -11,7 +12,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::{Errors, UnknownTimer};
 use crate::request::{self, page_limit, parse_id};
-use crate::run_view::{RunView, RUN_COLUMNS};
+use crate::run_view::{parse_status, RunView, RUN_COLUMNS};
 use crate::state::AppState;
 use crate::timer_store;
 
@@ -25,6 +26,7 @@ struct RunsQuery {
     /// Page size: 100 unless given, at most 1000.
     limit: Option<i64>,
     /// Only the occurrences in this status.
+    #[param(value_type = Option<TaskStatus>)]
     status: Option<String>,
 }
 
@@ -52,6 +54,7 @@ async fn list_timer_runs(
     let id = parse_id(&id)?;
     let q = request::query(query, None)?;
     let limit = page_limit(q.limit)?;
+    let status = q.status.as_deref().map(parse_status).transpose()?;
     timer_store::fetch(&state.pool, &caller, id).await?;
     let runs = sqlx::query_as::<_, RunView>(&format!(
         "SELECT {RUN_COLUMNS} FROM tasks t
@@ -59,7 +62,7 @@ async fn list_timer_runs(
           ORDER BY scheduled_at DESC LIMIT $3"
     ))
     .bind(id)
-    .bind(&q.status)
+    .bind(status)
     .bind(limit)
     .fetch_all(&state.pool)
     .await?;

@@ -105,7 +105,7 @@ pub async fn insert(pool: &PgPool, t: &NewTimer, max_timers: i64) -> Result<Time
         .await?;
     if max_timers > 0 && live >= max_timers {
         return Err(ApiError::QuotaExceeded(format!(
-            "namespace {:?} holds {live} timers, its quota (PUNCTUAL_NAMESPACE_MAX_TIMERS): delete some first",
+            "namespace {:?} holds {live} timers, its quota (its policy's max_timers, by default PUNCTUAL_NAMESPACE_MAX_TIMERS): delete some first",
             t.namespace
         )));
     }

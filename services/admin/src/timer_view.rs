@@ -196,7 +196,7 @@ fn not_null<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(de: D) -> Res
 }
 
 /// A field given (`Some`), as a value or as `null` (`Some(None)`: its default).
-fn null_is_default<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+pub(crate) fn null_is_default<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     de: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(de).map(Some)

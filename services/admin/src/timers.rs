@@ -7,9 +7,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::Utc;
 use punctual_shared::api_key::Role;
-use punctual_shared::schedule::ScheduleKind;
-use punctual_shared::target_guard::TargetGuard;
-use punctual_shared::timer::{Action, FieldError, NewTimer, TimerSpec};
+use punctual_shared::timer::{FieldError, TimerSpec};
 use punctual_shared::timer_state::TimerState;
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,6 +21,7 @@ use crate::error::{ApiError, Problem};
 use crate::openapi::{Errors, UnknownTimer};
 use crate::request::{self, from_value, page_limit, parse_id, parse_json};
 use crate::state::AppState;
+use crate::timer_policy;
 use crate::timer_store;
 use crate::timer_view::{TimerPage, TimerPatch, TimerView};
 
@@ -32,45 +31,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_timer, patch_timer, delete_timer))
         .routes(routes!(pause_timer))
         .routes(routes!(resume_timer))
-}
-
-/// A callback URL whose host is a literal address the executor would refuse is refused
-/// here already; a host name is judged when the executor resolves it, at every call.
-fn check_target(guard: &TargetGuard, timer: &NewTimer) -> Result<(), ApiError> {
-    let Action::Http(http) = &timer.action else {
-        return Ok(());
-    };
-    guard.check_url(&http.url).map_err(|refused| FieldError::new("action.http.url", refused.to_string()).into())
-}
-
-/// How many of a cron schedule's next fires are compared with the minimum interval.
-const DENSITY_SAMPLE: usize = 100;
-
-/// A timer may not fire more often than `min` allows: an interval below it, or a schedule
-/// with two of its next fires closer than it, is refused.
-fn check_density(min: chrono::Duration, timer: &NewTimer) -> Result<(), ApiError> {
-    let now = Utc::now();
-    let fires = timer.schedule.upcoming(now, now, DENSITY_SAMPLE);
-    let closest = fires.windows(2).map(|w| w[1] - w[0]).min();
-    match closest {
-        Some(gap) if gap < min => {
-            let field = if matches!(timer.schedule.kind, ScheduleKind::Interval { .. }) {
-                "schedule.every_ms"
-            } else {
-                "schedule.cron"
-            };
-            Err(FieldError::new(
-                field,
-                format!(
-                    "fires {} ms apart; this service allows one fire every {} ms at most (PUNCTUAL_MIN_FIRE_INTERVAL_MS)",
-                    gap.num_milliseconds(),
-                    min.num_milliseconds()
-                ),
-            )
-            .into())
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Creates a timer. The answer is the stored timer with its `id` and `next_fire_times`.
@@ -92,11 +52,11 @@ async fn create_timer(
     caller.require(Role::Write)?;
     let mut spec: Value = parse_json(&headers, &body)?;
     state.secret_headers.restore(&mut spec, None)?;
-    let timer = from_value::<TimerSpec>(spec)?.validate()?;
+    let mut timer = from_value::<TimerSpec>(spec)?.validate()?;
     caller.require_in(&timer.namespace, Role::Write)?;
-    check_target(&state.guard, &timer)?;
-    check_density(state.min_fire_interval, &timer)?;
-    let row = timer_store::insert(&state.pool, &timer, state.namespace_max_timers).await?;
+    let limits = timer_policy::check(&state, &timer).await?;
+    state.secret_headers.seal(&state.secret_keys, &mut timer.action)?;
+    let row = timer_store::insert(&state.pool, &timer, i64::from(limits.max_timers)).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
     let location = format!("/v1/timers/{}", row.id);
@@ -140,9 +100,9 @@ async fn patch_timer(
         return Err(FieldError::new("namespace", "cannot be changed; create a timer in the other namespace").into());
     }
     let revision = patch.revision;
-    let timer = patch.apply(stored.to_spec()).validate()?;
-    check_target(&state.guard, &timer)?;
-    check_density(state.min_fire_interval, &timer)?;
+    let mut timer = patch.apply(stored.to_spec()).validate()?;
+    timer_policy::check(&state, &timer).await?;
+    state.secret_headers.seal(&state.secret_keys, &mut timer.action)?;
     match timer_store::update_definition(&state.pool, &caller, id, revision, &timer).await? {
         Some(row) => {
             tracing::info!(timer_id = %id, version = row.version, "timer changed");

@@ -1,7 +1,7 @@
 //! The HTTP callback action, and what its answer means for the task.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,15 +14,23 @@ use hyper_tls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::IntGauge;
+use punctual_shared::paused_target::target_of;
+use punctual_shared::sealed::{Purpose, SecretKeys};
 use punctual_shared::target_guard::TargetGuard;
-use punctual_shared::task::{Next, Outcome, StartedTask};
+use punctual_shared::task::{DeferReason, Next, Outcome, StartedTask};
+use punctual_shared::timer::is_reserved_http_header;
 use punctual_shared::webhook_signature::{signature_header, SigningSecret};
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use url::Url;
 
+use crate::failing_targets::FailingTargets;
 use crate::guarded_resolver::{refusal, GuardedResolver};
+use crate::namespaces::Namespaces;
 use crate::signing_keys::SigningKeys;
+#[cfg(test)]
+use crate::turns::MIN_HOLD_BACK;
+use crate::turns::{HeldBack, Turns};
 
 /// How much of a response body is kept with the task.
 pub const EXCERPT_BYTES: usize = 1024;
@@ -50,6 +58,10 @@ pub struct Caller {
     limits: CallLimits,
     /// Which addresses calls may reach (`PUNCTUAL_CALLBACK_ALLOW`).
     guard: Arc<TargetGuard>,
+    /// The clients of the namespaces whose policy opens more (`callback_allow`), each with
+    /// the guard it was made with: a connection made for one namespace's private target is
+    /// never reused for another's.
+    namespace_clients: Mutex<HashMap<String, NamespaceClient>>,
     /// One entry per target called since the start; a few hundred bytes each.
     targets: Mutex<HashMap<String, Arc<Target>>>,
     /// URLs called lately, parsed, with their target's turns: parsing every call's URL
@@ -61,6 +73,10 @@ pub struct Caller {
     waiting: IntGauge,
     /// Each namespace's secrets, which sign its calls.
     signing: Arc<SigningKeys>,
+    /// Each namespace's limits, and the turns of its calls.
+    namespaces: Arc<Namespaces>,
+    /// Targets paused for a namespace, and the failures that pause them (none without).
+    failing: Option<Arc<FailingTargets>>,
 }
 
 /// hyper's HTTP/1.1 client, with TLS for `https` targets.
@@ -72,6 +88,27 @@ pub struct Caller {
 /// redirects, so nothing is lost by calling hyper directly.
 type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>;
 
+/// The HTTP client of calls that `guard` admits, keeping up to `max_idle` idle
+/// connections per target.
+fn http_client(guard: Arc<TargetGuard>, max_idle: usize) -> Result<HttpClient, native_tls::Error> {
+    let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard));
+    // `https` URLs go through the TLS connector, which hands them to this one.
+    http.enforce_http(false);
+    // A callback is one small request: waiting to fill a segment only delays it.
+    http.set_nodelay(true);
+    let tls = native_tls::TlsConnector::new()?;
+    let connector = HttpsConnector::from((http, tokio_native_tls::TlsConnector::from(tls)));
+    Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(max_idle)
+        .build(connector))
+}
+
+/// A namespace's own client: the allow-list it was made for, the guard (the service's and
+/// that list) and the client.
+type NamespaceClient = (TargetGuard, Arc<TargetGuard>, HttpClient);
+
 /// A URL checked and parsed for the client, and its target.
 type ParsedUrl = (Uri, Arc<Target>);
 
@@ -79,11 +116,12 @@ type ParsedUrl = (Uri, Arc<Target>);
 const MAX_PARSED_URLS: usize = 10_000;
 
 /// How many calls at once a target gets: `min` always, up to `max` while it keeps its pace
-/// (see [`Target`]).
+/// (see [`Target`]); and how long a call may wait for its turn before it is deferred.
 #[derive(Debug, Clone, Copy)]
 pub struct CallLimits {
     pub min: usize,
     pub max: usize,
+    pub turn_wait: Duration,
 }
 
 /// Calls are answered at the target's own pace while their running mean is at most this
@@ -95,7 +133,7 @@ const PACE_WINDOW_MS: u64 = 10_000;
 
 /// The turns of one target: at most `limit` calls at once. The limit starts at
 /// `PUNCTUAL_MIN_CALLS_PER_TARGET` (16) and grows by one for each call that ends while
-/// others wait, as long as the calls' running mean is at most [`PACE_FACTOR`] times the
+/// others wait or were held back within the last second, as long as the calls' running mean is at most [`PACE_FACTOR`] times the
 /// shortest call of the last [`PACE_WINDOW_MS`], up to `max`. A slow target that keeps its
 /// pace (a 100 ms answer stays near 100 ms) gets more calls at once, doubling in a round
 /// trip as TCP's slow start does; when the calls take more than twice that (a target that
@@ -111,39 +149,35 @@ const PACE_WINDOW_MS: u64 = 10_000;
 /// 93-107 µs of CPU a fire, 32 delivered 18,326 at 105 µs, 512 delivered 16,132 at 117 µs
 /// (docs/BENCHMARKS.md, item 15).
 struct Target {
-    turns: Arc<Semaphore>,
-    limit: AtomicUsize,
+    /// `scheme://host:port`.
+    key: Arc<str>,
+    turns: Turns,
     first: usize,
     max: usize,
-    /// Calls waiting for a turn.
-    waiting: AtomicUsize,
     epoch: Instant,
     /// The shortest call of the current window, in µs.
     shortest_us: AtomicU64,
     /// When the current window began, in ms since `epoch`.
     window_ms: AtomicU64,
-    /// The calls' running mean, in µs (0: none yet).
-    mean_us: AtomicU64,
 }
 
 impl Target {
-    fn new(limits: CallLimits) -> Self {
+    fn new(key: &str, limits: CallLimits) -> Self {
         let max = limits.max.max(1);
         let first = limits.min.clamp(1, max);
         Target {
-            turns: Arc::new(Semaphore::new(first)),
-            limit: AtomicUsize::new(first),
+            key: key.into(),
+            turns: Turns::new(first),
             first,
             max,
-            waiting: AtomicUsize::new(0),
             epoch: Instant::now(),
             shortest_us: AtomicU64::new(u64::MAX),
             window_ms: AtomicU64::new(0),
-            mean_us: AtomicU64::new(0),
         }
     }
 
-    /// A call ended at `ended`, after `took`. One more turn if others wait, the calls keep the target's
+    /// A call ended at `ended`, after `took`. One more turn if others want one (waiting, or
+    /// held back lately), the calls keep the target's
     /// pace and the limit has room; one turn fewer (the ending call's, which the caller then
     /// forgets) if the calls take more than twice that pace and the limit is above its
     /// start.
@@ -159,14 +193,10 @@ impl Target {
         } else {
             self.shortest_us.fetch_min(took_us, Ordering::Relaxed).min(took_us)
         };
-        // A running mean (1/16 of each call), updated without a lock: a lost update between
-        // two calls ending at once only makes it a little less exact.
-        let mean_us = self.mean_us.load(Ordering::Relaxed);
-        let mean_us = if mean_us == 0 { took_us } else { mean_us - mean_us / 16 + took_us / 16 };
-        self.mean_us.store(mean_us, Ordering::Relaxed);
-        let limit = self.limit.load(Ordering::Relaxed);
+        let mean_us = self.turns.record(took_us);
+        let limit = self.turns.limit();
         let change = if mean_us <= shortest_us * PACE_FACTOR {
-            if self.waiting.load(Ordering::Relaxed) == 0 || limit >= self.max {
+            if !self.turns.has_demand(ended) || limit >= self.max {
                 return Change::Keep;
             }
             Change::Grow
@@ -176,7 +206,7 @@ impl Target {
             return Change::Keep;
         };
         let changed = if change == Change::Grow { limit + 1 } else { limit - 1 };
-        if self.limit.compare_exchange(limit, changed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        if self.turns.limit.compare_exchange(limit, changed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
             // Another call changed it meanwhile; that one change is enough.
             return Change::Keep;
         }
@@ -184,14 +214,14 @@ impl Target {
             tracing::debug!(calls_at_once = changed, mean_us, shortest_us, "a target's limit of calls changed");
         }
         if change == Change::Grow {
-            self.turns.add_permits(1);
+            self.turns.semaphore.add_permits(1);
         }
         change
     }
 
     #[cfg(test)]
     fn limit(&self) -> usize {
-        self.limit.load(Ordering::Relaxed)
+        self.turns.limit()
     }
 }
 
@@ -226,26 +256,18 @@ impl Caller {
     /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
     pub fn new(limits: CallLimits, waiting: IntGauge, guard: TargetGuard) -> Result<Self, native_tls::Error> {
         let guard = Arc::new(guard);
-        let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
-        // `https` URLs go through the TLS connector, which hands them to this one.
-        http.enforce_http(false);
-        // A callback is one small request: waiting to fill a segment only delays it.
-        http.set_nodelay(true);
-        let tls = native_tls::TlsConnector::new()?;
-        let connector = HttpsConnector::from((http, tokio_native_tls::TlsConnector::from(tls)));
-        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(limits.max)
-            .build(connector);
+        let client = http_client(guard.clone(), limits.max)?;
         Ok(Self {
             client,
             limits,
             guard,
+            namespace_clients: Mutex::new(HashMap::new()),
             targets: Mutex::new(HashMap::new()),
             parsed: Mutex::new(HashMap::new()),
             waiting,
             signing: Arc::default(),
+            namespaces: Arc::default(),
+            failing: None,
         })
     }
 
@@ -253,6 +275,37 @@ impl Caller {
     pub fn with_signing(mut self, signing: Arc<SigningKeys>) -> Self {
         self.signing = signing;
         self
+    }
+
+    /// Limits the calls of each namespace by its policy (the defaults without this).
+    pub fn with_namespaces(mut self, namespaces: Arc<Namespaces>) -> Self {
+        self.namespaces = namespaces;
+        self
+    }
+
+    /// Pauses the targets that fail everything for a namespace (never without this).
+    pub fn with_failing_targets(mut self, failing: Arc<FailingTargets>) -> Self {
+        self.failing = Some(failing);
+        self
+    }
+
+    /// The guard and the client of `namespace`'s calls: the service's, or the namespace's
+    /// own when its policy opens more.
+    fn client_for(&self, namespace: &str) -> Result<(Arc<TargetGuard>, HttpClient), String> {
+        let extra = self.namespaces.callback_allow(namespace);
+        if extra.is_empty() {
+            return Ok((self.guard.clone(), self.client.clone()));
+        }
+        let mut clients = self.namespace_clients.lock().expect("namespace clients lock");
+        if let Some((made_for, guard, client)) = clients.get(namespace) {
+            if *made_for == extra {
+                return Ok((guard.clone(), client.clone()));
+            }
+        }
+        let guard = Arc::new(self.guard.with(&extra));
+        let client = http_client(guard.clone(), self.limits.max).map_err(|e| format!("TLS: {e}"))?;
+        clients.insert(namespace.to_owned(), (extra, guard.clone(), client.clone()));
+        Ok((guard, client))
     }
 
     /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
@@ -267,11 +320,11 @@ impl Caller {
         }
         // The `url` crate's form (host in ASCII, path percent-encoded) is one `Uri` accepts.
         let uri: Uri = url.as_str().parse().map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
-        let target =
-            format!("{}://{}:{}", url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
+        let target = target_of(url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
         let calls = {
             let mut targets = self.targets.lock().expect("targets lock");
-            targets.entry(target).or_insert_with(|| Arc::new(Target::new(self.limits))).clone()
+            let limits = self.limits;
+            targets.entry(target).or_insert_with_key(|key| Arc::new(Target::new(key, limits))).clone()
         };
         let mut parsed = self.parsed.lock().expect("parsed lock");
         if parsed.len() >= MAX_PARSED_URLS {
@@ -281,40 +334,10 @@ impl Caller {
         Ok((uri, calls))
     }
 
-    /// A turn to call `target`; waits while its limit of calls is in flight.
-    async fn turn(&self, target: Arc<Target>) -> Turn {
-        if let Ok(permit) = target.turns.clone().try_acquire_owned() {
-            return Turn { permit, target };
-        }
-        let permit = {
-            let _waiting = Waiting::new(&self.waiting, &target);
-            target.turns.clone().acquire_owned().await.expect("semaphore never closed")
-        };
-        Turn { permit, target }
-    }
-}
-
-/// A call counted as waiting for its turn (in `punctual_callbacks_waiting` and in its
-/// target's count, which lets the limit grow) for as long as this lives: until the turn
-/// comes, or until the waiting call is given up (its task aborted when the drain times
-/// out), so that neither count stays raised by a call that no longer waits.
-struct Waiting<'a> {
-    gauge: &'a IntGauge,
-    target: &'a Target,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(gauge: &'a IntGauge, target: &'a Target) -> Self {
-        gauge.inc();
-        target.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting { gauge, target }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.target.waiting.fetch_sub(1, Ordering::Relaxed);
-        self.gauge.dec();
+    /// A turn to call `target`, or held back (see [`Turns::take`]).
+    async fn turn(&self, target: Arc<Target>) -> Result<Turn, HeldBack> {
+        let permit = target.turns.take(self.limits.turn_wait, &self.waiting).await?;
+        Ok(Turn { permit, target })
     }
 }
 
@@ -330,17 +353,104 @@ pub struct Attempt {
     /// The target's own `Retry-After`, in seconds or as an HTTP date.
     pub retry_after: Option<Duration>,
     pub duration: Duration,
+    /// Not called: its target or its namespace had no turn soon enough, and one is
+    /// expected after this long.
+    pub held_back: Option<(Duration, DeferReason)>,
+    /// Not called: its target is paused for its namespace.
+    pub target_paused: bool,
 }
 
 impl Attempt {
     /// An attempt that ended in `error`, without an answer from the target.
     pub fn failed(error: String, retryable: bool, duration: Duration) -> Self {
-        Attempt { http_status: None, excerpt: None, error: Some(error), retryable, retry_after: None, duration }
+        Attempt {
+            http_status: None,
+            excerpt: None,
+            error: Some(error),
+            retryable,
+            retry_after: None,
+            duration,
+            held_back: None,
+            target_paused: false,
+        }
+    }
+
+    /// Not run: its namespace had taken its fires for now (`max_fires_per_second`), and its
+    /// slot comes after `wait`. As [`Attempt::held_back`] otherwise.
+    pub fn rate_held_back(per_second: u32, wait: Duration) -> Self {
+        Attempt {
+            held_back: Some((wait, DeferReason::NamespaceLimit)),
+            ..Attempt::failed(
+                format!("not run: its namespace's limit of {per_second} fires a second is taken for now"),
+                false,
+                Duration::ZERO,
+            )
+        }
+    }
+
+    /// Not called: its target or namespace (`reason`) was at its limit of calls, with a
+    /// turn expected after `wait`. Deferred to it; when that is too late to defer, the
+    /// occurrence is dead, not retried: a retry would find no sooner turn, and retrying
+    /// them tripled what such a target's occurrences cost everyone (docs/BENCHMARKS.md,
+    /// "Neighbours").
+    fn held_back(limit: usize, wait: Duration, reason: DeferReason) -> Self {
+        let whose = if reason == DeferReason::NamespaceLimit { "namespace" } else { "target" };
+        Attempt {
+            held_back: Some((wait, reason)),
+            ..Attempt::failed(
+                format!("not called: its {whose} had {limit} calls in flight and no turn soon"),
+                false,
+                Duration::ZERO,
+            )
+        }
+    }
+
+    /// Not called: its target asked not to be called yet (`Retry-After`), and a turn after
+    /// that is expected after `wait`; as [`Attempt::held_back`] otherwise.
+    fn asked_to_wait(wait: Duration) -> Self {
+        Attempt {
+            held_back: Some((wait, DeferReason::RetryAfter)),
+            ..Attempt::failed("not called: its target asked to wait (Retry-After)".to_owned(), false, Duration::ZERO)
+        }
+    }
+
+    /// Not called: its target is paused for its namespace.
+    fn paused(pause: &punctual_shared::paused_target::PausedTarget) -> Self {
+        Attempt {
+            target_paused: true,
+            ..Attempt::failed(
+                format!(
+                    "not called: target {} paused for namespace {} since {} ({}); resume it with POST \
+                     /v1/namespaces/{}/paused-targets/resume",
+                    pause.target,
+                    pause.namespace,
+                    pause.paused_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    pause.reason,
+                    pause.namespace
+                ),
+                false,
+                Duration::ZERO,
+            )
+        }
+    }
+
+    /// Whether the action was carried out (called or published), whatever came of it.
+    pub fn was_made(&self) -> bool {
+        self.held_back.is_none() && !self.target_paused
     }
 
     /// An attempt that succeeded without an answer to keep (e.g. a published message).
     pub fn succeeded(duration: Duration) -> Self {
-        Attempt { http_status: None, excerpt: None, error: None, retryable: false, retry_after: None, duration }
+        Attempt {
+            http_status: None,
+            excerpt: None,
+            error: None,
+            retryable: false,
+            retry_after: None,
+            duration,
+            held_back: None,
+            target_paused: false,
+        }
     }
 
     fn from_status(status: u16, excerpt: String, retry_after: Option<Duration>, duration: Duration) -> Self {
@@ -352,17 +462,25 @@ impl Attempt {
             retryable: status >= 500 || status == 408 || status == 429,
             retry_after,
             duration,
+            held_back: None,
+            target_paused: false,
         }
     }
 
-    /// A target that answered `429` or `503` with `Retry-After` asked to be called later:
-    /// the occurrence waits that long (at most its retry policy's longest backoff) as the
-    /// same attempt, while it would then be at most [`DEFER_WHILE_LATE_BY`] late.
-    fn deferral(&self, task: &StartedTask) -> Option<Duration> {
-        let asked = self.retry_after.filter(|_| matches!(self.http_status, Some(429 | 503)))?;
-        let wait = asked.min(Duration::from_millis(task.retry.max_ms.max(0) as u64));
+    /// Whether, why and how long the occurrence waits as the same attempt, while it would
+    /// then be at most [`DEFER_WHILE_LATE_BY`] late: a call held back waits for its
+    /// target's turn; a target that answered `429` or `503` with `Retry-After` asked to be
+    /// called later, and is, at most the retry policy's longest backoff later.
+    fn deferral(&self, task: &StartedTask) -> Option<(Duration, DeferReason)> {
+        let (wait, reason) = match self.held_back {
+            Some(held_back) => held_back,
+            None => {
+                let asked = self.retry_after.filter(|_| matches!(self.http_status, Some(429 | 503)))?;
+                (asked.min(Duration::from_millis(task.retry.max_ms.max(0) as u64)), DeferReason::RetryAfter)
+            }
+        };
         let late = (Utc::now() - task.scheduled_at).to_std().unwrap_or_default() + wait;
-        (late <= DEFER_WHILE_LATE_BY).then_some(wait)
+        (late <= DEFER_WHILE_LATE_BY).then_some((wait, reason))
     }
 
     /// Decides what becomes of the task: success; deferred, when the target asked to be
@@ -372,14 +490,15 @@ impl Attempt {
         let policy = task.retry;
         let next = if self.error.is_none() {
             Next::Succeeded
-        } else if let Some(wait) = self.deferral(task) {
+        } else if self.target_paused {
+            Next::Cancelled
+        } else if let Some((wait, reason)) = self.deferral(task) {
             if let Some(error) = self.error.as_mut() {
-                error.push_str(&format!(
-                    " with Retry-After: deferred {} ms, not counted as an attempt",
-                    wait.as_millis()
-                ));
+                let after = if self.http_status.is_some() { " with Retry-After" } else { "" };
+                error.push_str(&format!("{after}: deferred {} ms, not counted as an attempt", wait.as_millis()));
             }
-            Next::Defer { due_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero()) }
+            let due_at = Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero());
+            Next::Defer { due_at, reason }
         } else if self.retryable && policy.has_attempt_after(task.attempt) {
             let wait = policy.backoff(task.attempt, jitter).max(self.retry_after.unwrap_or_default());
             Next::Retry { due_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero()) }
@@ -407,25 +526,63 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
     };
+    let namespace = &task.action.namespace;
+    let (guard, client) = match caller.client_for(namespace) {
+        Ok(chosen) => chosen,
+        Err(e) => return Attempt::failed(e, true, Duration::ZERO),
+    };
     // A literal address is never resolved, so the resolver cannot check it: here.
-    if let Err(refused) = caller.guard.check_literal(uri.host().unwrap_or_default()) {
+    if let Err(refused) = guard.check_literal(uri.host().unwrap_or_default()) {
         return Attempt::failed(refused.to_string(), false, Duration::ZERO);
     }
-    let turn = caller.turn(target).await;
-    let started = Instant::now();
-    let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
-    let secrets = caller.signing.get(&task.action.namespace);
-    let answer = match tokio::time::timeout(timeout, request(&caller.client, uri, task, secrets.as_deref())).await {
-        Ok(answer) => answer,
-        Err(_) => Err((format!("timed out: no answer within {} ms", timeout.as_millis()), true)),
+    if let Some(pause) = caller.failing.as_ref().and_then(|f| f.paused(namespace, &target.key)) {
+        return Attempt::paused(&pause);
+    }
+    let namespace_state = caller.namespaces.state(namespace);
+    let (limits, namespace_turns) = (namespace_state.limits, &namespace_state.turns);
+    let _namespace_turn = match namespace_turns.take(caller.limits.turn_wait, &caller.waiting).await {
+        Ok(permit) => permit,
+        Err(held) => return Attempt::held_back(namespace_turns.limit(), held.wait, DeferReason::NamespaceLimit),
     };
+    let turn = match caller.turn(target.clone()).await {
+        Ok(turn) => turn,
+        Err(HeldBack { wait, asked: true }) => return Attempt::asked_to_wait(wait),
+        Err(held) => return Attempt::held_back(target.turns.limit(), held.wait, DeferReason::TargetLimit),
+    };
+    let started = Instant::now();
+    let timeout_ms = task.action.http_timeout_ms.max(1).min(limits.max_callback_timeout_ms as i32);
+    let timeout = Duration::from_millis(timeout_ms.max(1) as u64);
+    let secrets = caller.signing.get(&task.action.namespace);
+    let answer =
+        match tokio::time::timeout(timeout, request(&client, uri, task, secrets.as_deref(), caller.signing.keys()))
+            .await
+        {
+            Ok(answer) => answer,
+            Err(_) => Err((format!("timed out: no answer within {} ms", timeout.as_millis()), true)),
+        };
     let ended = Instant::now();
     let took = ended - started;
     turn.end(ended, took);
-    match answer {
+    namespace_turns.record(took.as_micros().min(u128::from(u64::MAX)) as u64);
+    let attempt = match answer {
         Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, took),
         Err((error, retryable)) => Attempt::failed(error, retryable, took),
+    };
+    // A target asking to be called later gets no call before then: the calls meanwhile are
+    // held back, spread over the turns after it.
+    let asked_to_wait = attempt.retry_after.filter(|_| matches!(attempt.http_status, Some(429 | 503)));
+    if let Some(wait) = asked_to_wait {
+        target.turns.ask_to_wait(wait);
     }
+    if let Some(failing) = &caller.failing {
+        // Asking to wait is neither failing nor answering.
+        if asked_to_wait.is_none() {
+            if let Some(reason) = failing.record(namespace, &target.key, attempt.error.as_deref()) {
+                failing.pause(namespace, &target.key, &reason).await;
+            }
+        }
+    }
+    attempt
 }
 
 /// The user agent of every callback.
@@ -438,16 +595,23 @@ async fn request(
     uri: Uri,
     task: &StartedTask,
     secrets: Option<&[SigningSecret]>,
+    keys: &SecretKeys,
 ) -> Result<(u16, String, Option<Duration>), (String, bool)> {
     let method = Method::from_bytes(task.action.http_method.as_bytes()).map_err(|e| (e.to_string(), false))?;
     let mut request = Request::builder().method(method).uri(uri);
     let headers = request.headers_mut().expect("a new request builder has headers");
     headers.insert(USER_AGENT, HeaderValue::from_static(PUNCTUAL_USER_AGENT));
     if let Value::Object(map) = &task.action.http_headers {
-        for (name, value) in map {
-            let (Ok(name), Some(Ok(value))) =
-                (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str))
-            else {
+        // A row written with SQL is not checked by the API: the connection's and the
+        // service's headers are never the timer's.
+        for (name, value) in map.iter().filter(|(name, _)| !is_reserved_http_header(name)) {
+            let value = match value.as_str().map(|v| keys.open(v, Purpose::Header)) {
+                Some(Ok(opened)) => opened,
+                // Never sent sealed: the target would get the ciphertext.
+                Some(Err(e)) => return Err((format!("header {name:?} not sent: {e}"), false)),
+                None => return Err((format!("invalid header {name:?}"), false)),
+            };
+            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) else {
                 return Err((format!("invalid header {name:?}"), false));
             };
             headers.insert(name, value);
@@ -487,7 +651,10 @@ async fn request(
     }
     let request = request.body(Full::new(body)).map_err(|e| (e.to_string(), false))?;
     let response = client.request(request).await.map_err(|e| match refusal(&e) {
-        Some(refused) => (refused.to_string(), false),
+        Some(refused) => {
+            tracing::info!(host = %refused.host, addresses = ?refused.addresses, "a callback's target refused");
+            (refused.to_string(), false)
+        }
         None => (describe(&e), true),
     })?;
     let status = response.status().as_u16();
@@ -538,6 +705,11 @@ mod tests {
     use punctual_shared::retry::RetryPolicy;
     use punctual_shared::task::Action;
 
+    /// Calls wait for their turns as long as it takes, unless a test says otherwise.
+    fn limits(min: usize, max: usize) -> CallLimits {
+        CallLimits { min, max, turn_wait: Duration::from_secs(3600) }
+    }
+
     /// The tests' targets listen on loopback.
     fn local() -> TargetGuard {
         "127.0.0.1".parse().unwrap()
@@ -561,6 +733,7 @@ mod tests {
             timer_id: uuid::Uuid::new_v4(),
             scheduled_at: Utc::now(),
             attempt: 1,
+            due_at: Utc::now(),
             started_at: Utc::now(),
             action: Arc::new(Action {
                 namespace: "default".into(),
@@ -600,9 +773,7 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let (busy, other) = (Sink::start().await, Sink::start().await);
         busy.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
-        let caller = Arc::new(
-            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap(),
-        );
+        let caller = Arc::new(Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap());
         let calls = spawn_calls(&caller, &busy.url("/slow"), 5);
         wait_for_calls(&busy, 2).await;
         // Another target is called at once, while the busy one has its two calls.
@@ -621,14 +792,14 @@ mod tests {
         let sink = Sink::start().await;
         sink.behave("/slow", Behaviour::slow(Duration::from_secs(2)));
         let waiting = IntGauge::new("waiting", "test").unwrap();
-        let caller = Arc::new(Caller::new(CallLimits { min: 1, max: 1 }, waiting.clone(), local()).unwrap());
+        let caller = Arc::new(Caller::new(limits(1, 1), waiting.clone(), local()).unwrap());
         let calls = spawn_calls(&caller, &sink.url("/slow"), 3);
         wait_for_calls(&sink, 1).await;
         while waiting.get() < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let target = caller.parse(&sink.url("/slow")).unwrap().1;
-        assert_eq!(target.waiting.load(Ordering::Relaxed), 2);
+        assert_eq!(target.turns.waiting.load(Ordering::Relaxed), 2);
         // Abandoned, as the drain timeout abandons running callbacks.
         for c in &calls {
             c.abort();
@@ -637,7 +808,7 @@ mod tests {
             let _ = c.await;
         }
         assert_eq!(waiting.get(), 0, "the gauge counts no call that stopped waiting");
-        assert_eq!(target.waiting.load(Ordering::Relaxed), 0, "nor does the target's count");
+        assert_eq!(target.turns.waiting.load(Ordering::Relaxed), 0, "nor does the target's count");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -645,7 +816,7 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let sink = Sink::start().await;
         sink.behave("/steady", Behaviour::slow(Duration::from_millis(500)));
-        let limits = CallLimits { min: 4, max: 64 };
+        let limits = limits(4, 64);
         let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap(), local()).unwrap());
         let calls = spawn_calls(&caller, &sink.url("/steady"), 12);
         wait_for_calls(&sink, 4).await;
@@ -661,20 +832,83 @@ mod tests {
         }
     }
 
+    /// A call whose turn does not come within the turn wait is not made but held back;
+    /// once the target's pace is known, a call that could not get a turn in time is held
+    /// back without waiting, booked after the calls held back before it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_target_without_a_turn_soon_holds_calls_back_spread_at_its_pace() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/hang", Behaviour::slow(Duration::from_secs(2)));
+        let limits = CallLimits { min: 1, max: 1, turn_wait: Duration::from_millis(300) };
+        let caller = Arc::new(Caller::new(limits, IntGauge::new("waiting", "test").unwrap(), local()).unwrap());
+        let first = spawn_calls(&caller, &sink.url("/hang"), 1);
+        wait_for_calls(&sink, 1).await;
+        let started = Instant::now();
+        let second = call(&caller, &task_calling(&sink.url("/hang"))).await;
+        assert!(started.elapsed() >= Duration::from_millis(300), "waited its turn that long first");
+        assert!(second.held_back.unwrap().0 >= MIN_HOLD_BACK, "{second:?}");
+        assert!(!second.was_made() && second.error.as_deref().unwrap().starts_with("not called"), "{second:?}");
+        assert_eq!(first.into_iter().next().unwrap().await.unwrap().http_status, Some(200));
+        assert_eq!(sink.calls().len(), 1, "the held-back call was not made");
+        // The target's pace is known now (2 s a call, one at a time): calls arriving while
+        // one is in flight are held back at once, the second a turn after the first.
+        let busy = spawn_calls(&caller, &sink.url("/hang"), 1);
+        wait_for_calls(&sink, 2).await;
+        let started = Instant::now();
+        let (a, b) = (
+            call(&caller, &task_calling(&sink.url("/hang"))).await,
+            call(&caller, &task_calling(&sink.url("/hang"))).await,
+        );
+        assert!(started.elapsed() < Duration::from_millis(300), "did not wait: {:?}", started.elapsed());
+        let (a, b) = (a.held_back.unwrap().0, b.held_back.unwrap().0);
+        assert!(a >= Duration::from_millis(1_500), "about a call's time: {a:?}");
+        assert!(b >= a + Duration::from_millis(1_500), "booked a turn after the other: {a:?} then {b:?}");
+        for c in busy {
+            c.await.unwrap();
+        }
+        assert_eq!(sink.calls().len(), 2);
+    }
+
+    /// A target that answered 429 with `Retry-After` gets no call before that time: the
+    /// calls meanwhile are held back as asked, to turns spread after it.
+    #[tokio::test]
+    async fn a_target_that_asked_to_wait_is_not_called_before_then() {
+        use punctual_testkit::sink::{Behaviour, Sink};
+        let sink = Sink::start().await;
+        sink.behave("/busy", Behaviour { script: vec![429], retry_after: Some("3".into()), ..Default::default() });
+        let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
+        let first = call(&caller, &task_calling(&sink.url("/busy"))).await;
+        assert_eq!(first.http_status, Some(429));
+        let (second, third) = (
+            call(&caller, &task_calling(&sink.url("/busy"))).await,
+            call(&caller, &task_calling(&sink.url("/busy"))).await,
+        );
+        assert_eq!(sink.calls().len(), 1, "no call while it asked to wait");
+        let (second, third) = (second.held_back.unwrap(), third.held_back.unwrap());
+        assert_eq!(second.1, DeferReason::RetryAfter);
+        assert!(second.0 >= Duration::from_millis(2_500), "not before the 3 s it asked: {second:?}");
+        assert!(third.0 >= second.0 + Duration::from_millis(1_000), "a turn later: {second:?} then {third:?}");
+        let outcome = Attempt::asked_to_wait(second.0).into_outcome(&task_calling("http://x/"), 0.0);
+        assert!(matches!(outcome.next, Next::Defer { reason: DeferReason::RetryAfter, .. }), "{outcome:?}");
+        let error = outcome.error.unwrap();
+        assert!(error.starts_with("not called: its target asked to wait (Retry-After): deferred"), "{error}");
+    }
+
     #[test]
     fn a_limit_grows_while_calls_keep_pace_and_falls_back_when_they_slow_down() {
-        let target = Target::new(CallLimits { min: 16, max: 20 });
+        let target = Target::new("http://t:80", limits(16, 20));
         assert_eq!(target.limit(), 16);
         let ms = Duration::from_millis;
         // Nobody waits: no reason to grow.
         assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep);
-        target.waiting.store(3, Ordering::Relaxed);
+        target.turns.waiting.store(3, Ordering::Relaxed);
         for expected in 17..=20 {
             assert_eq!(target.ended(Instant::now(), ms(110)), Change::Grow);
             assert_eq!(target.limit(), expected);
         }
         assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep, "at most `max`");
-        assert_eq!(target.turns.available_permits(), 20);
+        assert_eq!(target.turns.semaphore.available_permits(), 20);
         // Answers slow down (a busy target, or this executor short of CPU): the running
         // mean passes four times the shortest call, and the limit falls back to `min`.
         let mut changes = Vec::new();
@@ -684,8 +918,8 @@ mod tests {
         assert_eq!(changes.iter().filter(|c| **c == Change::Shrink).count(), 4, "{changes:?}");
         assert_eq!(target.limit(), 16);
         // In between (mean within two to four times the shortest): no change either way.
-        let between = Target::new(CallLimits { min: 1, max: 64 });
-        between.waiting.store(1, Ordering::Relaxed);
+        let between = Target::new("http://t:80", limits(1, 64));
+        between.turns.waiting.store(1, Ordering::Relaxed);
         assert_eq!(between.ended(Instant::now(), ms(100)), Change::Grow);
         for _ in 0..60 {
             between.ended(Instant::now(), ms(280));
@@ -698,8 +932,8 @@ mod tests {
 
     #[test]
     fn the_limits_are_kept_within_one_and_max() {
-        assert_eq!(Target::new(CallLimits { min: 0, max: 8 }).limit(), 1);
-        assert_eq!(Target::new(CallLimits { min: 32, max: 8 }).limit(), 8);
+        assert_eq!(Target::new("http://t:80", limits(0, 8)).limit(), 1);
+        assert_eq!(Target::new("http://t:80", limits(32, 8)).limit(), 8);
     }
 
     #[tokio::test]
@@ -707,8 +941,7 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let sink = Sink::start().await;
         sink.behave("/slow", Behaviour::slow(Duration::from_secs(5)));
-        let caller =
-            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
+        let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let mut task = task_calling(&sink.url("/slow"));
         Arc::get_mut(&mut task.action).unwrap().http_timeout_ms = 300;
         let started = Instant::now();
@@ -724,12 +957,14 @@ mod tests {
         use punctual_testkit::sink::{Behaviour, Sink};
         let sink = Sink::start().await;
         sink.behave("/busy", Behaviour { script: vec![503], retry_after: Some("7".into()), ..Default::default() });
-        let caller =
-            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
+        let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let mut task = task_calling(&sink.url("/busy?x=1"));
         let action = Arc::get_mut(&mut task.action).unwrap();
         action.http_method = "PUT".into();
-        action.http_headers = serde_json::json!({"X-Env": "prod"});
+        // As a row written with SQL may have them: the connection's and the signature's
+        // headers are not the timer's to set, and are not sent.
+        action.http_headers =
+            serde_json::json!({"X-Env": "prod", "Host": "evil.example", "webhook-signature": "v1,forged"});
         action.http_body = Some(serde_json::json!({"k": 1}));
         let attempt = call(&caller, &task).await;
         assert_eq!(attempt.http_status, Some(503));
@@ -738,6 +973,8 @@ mod tests {
         let received = &sink.calls()[0];
         assert_eq!((received.method.as_str(), received.path.as_str()), ("PUT", "/busy"));
         assert_eq!(received.headers["x-env"], "prod");
+        assert_eq!(received.headers["host"], sink.addr.to_string().as_str());
+        assert!(!received.headers.contains_key("webhook-signature"), "unsigned: no secret");
         assert_eq!(received.headers["content-type"], "application/json");
         assert_eq!(received.headers["x-punctual-attempt"], "1");
         assert!(received.headers["user-agent"].to_str().unwrap().starts_with("punctual/"));
@@ -750,8 +987,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_url_that_is_not_http_fails_for_good_without_a_call() {
-        let caller =
-            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
+        let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         for url in ["ftp://127.0.0.1/x", "mailto:ops@example.com"] {
             let attempt = call(&caller, &task_calling(url)).await;
             assert!(!attempt.retryable, "{url}");
@@ -763,12 +999,8 @@ mod tests {
     async fn private_targets_are_refused_unless_allowed_and_never_called() {
         let sink = punctual_testkit::Sink::start().await;
         let port = sink.addr.port();
-        let guarded = Caller::new(
-            CallLimits { min: 2, max: 2 },
-            IntGauge::new("waiting", "test").unwrap(),
-            TargetGuard::default(),
-        )
-        .unwrap();
+        let guarded =
+            Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), TargetGuard::default()).unwrap();
         // Literal addresses, and a name that resolves to loopback.
         for url in [
             format!("http://127.0.0.1:{port}/literal"),
@@ -780,29 +1012,19 @@ mod tests {
             let attempt = call(&guarded, &task_calling(&url)).await;
             let error = attempt.error.unwrap_or_default();
             assert!(!attempt.retryable, "{url}: refused for good");
-            assert!(
-                error.contains("not a public address") && error.contains("PUNCTUAL_CALLBACK_ALLOW"),
-                "{url}: {error}"
-            );
+            assert!(error.contains("no public address") && error.contains("PUNCTUAL_CALLBACK_ALLOW"), "{url}: {error}");
         }
         assert!(sink.calls().is_empty(), "nothing was called");
         // Allowed by name, or by network.
-        let by_name = Caller::new(
-            CallLimits { min: 2, max: 2 },
-            IntGauge::new("waiting", "test").unwrap(),
-            "localhost".parse().unwrap(),
-        )
-        .unwrap();
+        let by_name =
+            Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), "localhost".parse().unwrap()).unwrap();
         assert_eq!(
             call(&by_name, &task_calling(&format!("http://localhost:{port}/name"))).await.http_status,
             Some(200)
         );
-        let by_network = Caller::new(
-            CallLimits { min: 2, max: 2 },
-            IntGauge::new("waiting", "test").unwrap(),
-            "127.0.0.0/8".parse().unwrap(),
-        )
-        .unwrap();
+        let by_network =
+            Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), "127.0.0.0/8".parse().unwrap())
+                .unwrap();
         assert_eq!(
             call(&by_network, &task_calling(&format!("http://127.0.0.1:{port}/literal"))).await.http_status,
             Some(200)
@@ -812,8 +1034,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unparsable_url_fails_for_good_without_a_call() {
-        let caller =
-            Caller::new(CallLimits { min: 2, max: 2 }, IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
+        let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), local()).unwrap();
         let attempt = call(&caller, &task_calling("not a url")).await;
         assert!(!attempt.retryable);
         assert!(attempt.error.unwrap().starts_with("invalid http_url"));
@@ -826,7 +1047,7 @@ mod tests {
         };
         let task = task_calling("http://127.0.0.1:1/");
         let waits = |outcome: Outcome| match outcome.next {
-            Next::Defer { due_at } => Some((due_at - Utc::now()).num_milliseconds()),
+            Next::Defer { due_at, .. } => Some((due_at - Utc::now()).num_milliseconds()),
             _ => None,
         };
         for status in [429, 503] {
@@ -847,6 +1068,16 @@ mod tests {
         let old = StartedTask { scheduled_at: Utc::now() - chrono::Duration::minutes(59), ..task_calling("http://x/") };
         assert_eq!(answer(429, Some(120)).into_outcome(&old, 0.0).next, Next::Dead);
         assert!(waits(answer(429, Some(30)).into_outcome(&old, 0.0)).is_some());
+        // A call held back waits for its target's turn as the same attempt, however long
+        // its retry policy allows, while it would then be at most an hour late.
+        let held = Attempt::held_back(16, Duration::from_secs(90), DeferReason::TargetLimit).into_outcome(&short, 0.0);
+        assert!(matches!(held.next, Next::Defer { reason: DeferReason::TargetLimit, .. }), "{held:?}");
+        assert!(waits(held.clone()).is_some_and(|ms| ms > 80_000));
+        assert_eq!(held.attempt, 1);
+        assert!(held.error.as_deref().unwrap().starts_with("not called"), "{:?}", held.error);
+        let too_late =
+            Attempt::held_back(16, Duration::from_secs(120), DeferReason::TargetLimit).into_outcome(&old, 0.0);
+        assert_eq!(too_late.next, Next::Dead, "a failed attempt, the last one this task allows");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use punctual_shared::config::{DatabaseConfig, KafkaConfig};
+use punctual_shared::config::{DatabaseConfig, KafkaConfig, SecretKeyConfig};
 use punctual_shared::target_guard::TargetGuard;
 
 #[derive(Debug, Clone, clap::Parser)]
@@ -12,6 +12,8 @@ pub struct ExecutorConfig {
     pub database: DatabaseConfig,
     #[command(flatten)]
     pub kafka: KafkaConfig,
+    #[command(flatten)]
+    pub secrets: SecretKeyConfig,
     /// Address of the health and metrics endpoints.
     #[arg(long, env = "PUNCTUAL_EXECUTOR_ADDR", default_value = "127.0.0.1:8082")]
     pub addr: SocketAddr,
@@ -49,6 +51,23 @@ pub struct ExecutorConfig {
     /// towards this when the answers take more than four times the shortest.
     #[arg(long, env = "PUNCTUAL_MIN_CALLS_PER_TARGET", default_value_t = 16)]
     pub min_calls_per_target: usize,
+    /// Longest a call waits for its turn at its target (see `PUNCTUAL_MAX_CALLS_PER_TARGET`)
+    /// while holding one of this executor's slots. A call whose turn is not expected that
+    /// soon, from the calls waiting and the target's pace, or that waited that long in
+    /// vain, is not made: its occurrence is deferred to the turn expected for it, as the
+    /// same attempt (`punctual_deferred_total{reason="target_limit"}`), and the slot goes
+    /// to other work.
+    #[arg(long, env = "PUNCTUAL_TURN_WAIT_MS", default_value_t = 5_000)]
+    pub turn_wait_ms: u64,
+    /// A target (scheme, host and port) whose calls from one namespace have all failed for
+    /// this long is paused for that namespace: its occurrences aimed there end cancelled
+    /// without a call until the namespace resumes it (`POST
+    /// /v1/namespaces/{ns}/paused-targets/resume`). 0: never.
+    #[arg(long, env = "PUNCTUAL_PAUSE_FAILING_TARGET_AFTER_MS", default_value_t = 3_600_000)]
+    pub pause_failing_target_after_ms: u64,
+    /// And only after at least this many failed calls meanwhile.
+    #[arg(long, env = "PUNCTUAL_PAUSE_FAILING_TARGET_MIN_FAILURES", default_value_t = 50)]
+    pub pause_failing_target_min_failures: u64,
     /// Bounds a graceful stop (SIGTERM, SIGINT): no new task is taken, and running callbacks
     /// and the writes of their outcomes may take this long. What is still running or
     /// unwritten then is abandoned (its message is delivered again, and the call repeated

@@ -13,14 +13,17 @@
 pub mod callback;
 pub mod commits;
 pub mod config;
+pub mod failing_targets;
 pub mod group_watch;
 pub mod guarded_resolver;
 pub mod in_flight;
 pub mod kafka_action;
 pub mod metrics;
+pub mod namespaces;
 pub mod offsets;
 pub mod rebalance;
 pub mod signing_keys;
+pub mod turns;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,7 +35,7 @@ use chrono::Utc;
 use futures::{FutureExt, StreamExt};
 use punctual_shared::readiness::Readiness;
 use punctual_shared::supervisor::Supervisor;
-use punctual_shared::task::{self, DeadLetter, Next, Outcome, StartRequest, TaskMessage};
+use punctual_shared::task::{self, DeadLetter, DeferReason, Next, Outcome, StartRequest, TaskMessage};
 use punctual_shared::{db, kafka, ops};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
@@ -47,8 +50,10 @@ use tracing::Instrument;
 
 use commits::CommitClock;
 pub use config::ExecutorConfig;
+use failing_targets::{FailingTargets, PauseRule};
 use in_flight::InFlight;
 use metrics::Metrics;
+use namespaces::Namespaces;
 use offsets::OffsetTracker;
 use rebalance::ExecutorContext;
 use signing_keys::SigningKeys;
@@ -59,6 +64,10 @@ const START_BATCH: usize = 1_000;
 pub struct App {
     config: ExecutorConfig,
     owner: String,
+    /// What this process marks the tasks it runs with: its owner and a uuid of its own. A
+    /// restarted executor keeps its owner (the static group membership) but must not take
+    /// its predecessor's runs for its own: they ended with that process and run again.
+    run_owner: String,
     /// Idempotent: dead letters and Kafka actions.
     producer: Producer,
     pool: PgPool,
@@ -71,6 +80,10 @@ pub struct App {
     commits: Arc<CommitClock>,
     /// Each namespace's secrets, which sign its callbacks.
     signing: Arc<SigningKeys>,
+    /// Each namespace's limits.
+    namespaces: Arc<Namespaces>,
+    /// Targets paused for a namespace.
+    failing: Arc<FailingTargets>,
     /// Shared by every run: one reference count per fire, not one per metric.
     metrics: Arc<Metrics>,
     listener: Option<TcpListener>,
@@ -115,7 +128,8 @@ struct Finished {
 impl App {
     pub async fn build(config: ExecutorConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(&config.database)?;
-        db::migrate(&pool).await.context("running migrations")?;
+        // Migrated by the admin or `punctual migrate`: this service needs no DDL rights.
+        db::wait_for_schema(&pool).await.map_err(|state| anyhow::anyhow!("{state}"))?;
         kafka::ensure_tasks_topic(&config.kafka)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
@@ -182,21 +196,42 @@ impl App {
         })
         .context("creating the Kafka consumer")?;
         consumer.subscribe(&[&config.kafka.tasks_topic]).context("subscribing")?;
-        let signing = Arc::new(SigningKeys::default());
-        signing.refresh(&pool).await.context("reading the signing secrets")?;
+        let keys = config.secrets.keys().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let signing = Arc::new(SigningKeys::new(keys));
+        // Keys that do not open the stored secrets stop the executor here, in one line:
+        // it would otherwise call unsigned.
+        signing.refresh(&pool).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let namespaces = Arc::new(Namespaces::new(vec![config.kafka.tasks_topic.clone(), config.dead_topic.clone()]));
+        namespaces.refresh(&pool).await.context("reading the namespaces' limits")?;
+        let failing = Arc::new(FailingTargets::new(
+            PauseRule {
+                after: Duration::from_millis(config.pause_failing_target_after_ms),
+                min_failures: config.pause_failing_target_min_failures,
+            },
+            pool.clone(),
+        ));
+        failing.refresh().await.context("reading the paused targets")?;
         let caller = Arc::new(
             callback::Caller::new(
-                callback::CallLimits { min: config.min_calls_per_target, max: config.max_calls_per_target },
+                callback::CallLimits {
+                    min: config.min_calls_per_target,
+                    max: config.max_calls_per_target,
+                    turn_wait: Duration::from_millis(config.turn_wait_ms),
+                },
                 metrics.callbacks_waiting.clone(),
                 config.callback_allow.clone(),
             )
             .context("creating the HTTP client")?
-            .with_signing(signing.clone()),
+            .with_signing(signing.clone())
+            .with_namespaces(namespaces.clone())
+            .with_failing_targets(failing.clone()),
         );
         tracing::info!(%owner, %addr, group = %config.group, topic = %config.kafka.tasks_topic, "executor ready");
+        let run_owner = format!("{owner}/{}", uuid::Uuid::new_v4());
         Ok(Self {
             config,
             owner,
+            run_owner,
             producer,
             pool,
             consumer: Arc::new(consumer),
@@ -205,6 +240,8 @@ impl App {
             in_flight,
             commits,
             signing,
+            namespaces,
+            failing,
             metrics: Arc::new(metrics),
             listener: Some(listener),
             addr,
@@ -282,6 +319,11 @@ impl App {
             "signing secrets",
             self.signing.clone().refresh_periodically(self.pool.clone(), watch_token.clone()),
         );
+        tasks.spawn(
+            "namespace limits",
+            self.namespaces.clone().refresh_periodically(self.pool.clone(), watch_token.clone()),
+        );
+        tasks.spawn("paused targets", self.failing.clone().refresh_periodically(watch_token.clone()));
         let runs = TaskTracker::new();
         let consumed = consume(&self, &offsets, &in_flight, &finished_tx, &runs, &abandon, &token).await;
         // The stop: no new message is taken; running callbacks finish and their outcomes
@@ -400,7 +442,7 @@ async fn consume(
         }
         let ids: Vec<StartRequest> = messages.iter().map(|(t, _, _)| StartRequest::from(t)).collect();
         let started = loop {
-            match task::start(&app.pool, &app.owner, &ids, &app.actions).await {
+            match task::start(&app.pool, &app.run_owner, &ids, &app.actions).await {
                 Ok(started) => break started,
                 Err(e) => {
                     // Nothing is stored for these messages: retry, or after a restart they
@@ -433,7 +475,6 @@ async fn consume(
             };
             app.metrics.in_flight.inc();
             in_flight.insert(started_task.id, position.partition);
-            let due_at = message.due_at;
             let (started_task_id, timer_id, scheduled_at, attempt) =
                 (started_task.id, started_task.timer_id, started_task.scheduled_at, started_task.attempt);
             let caller = app.caller.clone();
@@ -442,23 +483,41 @@ async fn consume(
             let producer = app.producer.clone();
             let abandon = abandon.clone();
             let in_flight_gauge = app.metrics.in_flight.clone();
+            let namespaces = app.namespaces.clone();
+            let signing = app.signing.clone();
             let run = async move {
                 let mut started_task = started_task;
                 // Published ahead of its due time (the scanner's lead): run it then, not before.
-                if let Some(wait) = due_at.and_then(|due| (due - Utc::now()).to_std().ok()) {
+                // The time is the row's: the message's is not trusted.
+                if let Ok(wait) = (started_task.due_at - Utc::now()).to_std() {
                     tokio::time::sleep(wait).await;
                     started_task.started_at = Utc::now();
                 }
-                if started_task.attempt == 1 {
-                    let lag = (Utc::now() - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-                    metrics.fire_lag.observe(lag.max(0.0));
-                }
-                let attempt = match started_task.action.action_kind.as_str() {
-                    "kafka" => kafka_action::publish(&producer, &started_task).await,
-                    _ => callback::call(&caller, &started_task).await,
+                // Within the namespace's fires a second, or deferred to a later time.
+                let namespace = namespaces.state(&started_task.action.namespace);
+                let attempt = match namespace.rate.admit() {
+                    Ok(()) => {
+                        if started_task.attempt == 1 {
+                            let lag =
+                                (Utc::now() - started_task.scheduled_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                            metrics.fire_lag.observe(lag.max(0.0));
+                        }
+                        match started_task.action.action_kind.as_str() {
+                            "kafka" => {
+                                kafka_action::publish(&producer, &started_task, &namespaces, signing.keys()).await
+                            }
+                            _ => callback::call(&caller, &started_task).await,
+                        }
+                    }
+                    Err(wait) => callback::Attempt::rate_held_back(namespace.limits.max_fires_per_second, wait),
                 };
-                let outcome_label = if attempt.error.is_none() { "success" } else { "failure" };
-                metrics.callback_duration.with_label_values(&[outcome_label]).observe(attempt.duration.as_secs_f64());
+                if attempt.was_made() {
+                    let outcome_label = if attempt.error.is_none() { "success" } else { "failure" };
+                    metrics
+                        .callback_duration
+                        .with_label_values(&[outcome_label])
+                        .observe(attempt.duration.as_secs_f64());
+                }
                 let jitter = rand::random::<f64>() * 2.0 - 1.0;
                 let outcome = attempt.into_outcome(&started_task, jitter);
                 let dead_letter = (outcome.next == Next::Dead).then(|| DeadLetter {
@@ -523,18 +582,24 @@ struct DeadLetters {
 }
 
 impl DeadLetters {
-    /// Publishes and waits for the broker's acknowledgement. Done before the task is
-    /// written dead, so a crash in between repeats the attempt rather than losing the
-    /// dead letter.
+    /// Publishes all at once and waits for the broker's acknowledgements. Done before the
+    /// tasks are written dead, so a crash in between repeats the attempt rather than
+    /// losing the dead letter. Awaiting each letter's acknowledgement before sending the
+    /// next held the write-back a round trip per letter: a namespace dead-lettering 1,000
+    /// occurrences a second stalled every namespace's outcomes behind its own.
     async fn publish(&self, letters: &[&DeadLetter]) -> Result<(), rdkafka::error::KafkaError> {
-        for letter in letters {
-            let payload = serde_json::to_vec(letter).expect("a dead letter serializes");
-            let record = FutureRecord::to(&self.topic).key(&letter.idempotency_key).payload(&payload);
-            let (generation, producer) = self.producer.get();
-            producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| {
+        let payloads: Vec<Vec<u8>> =
+            letters.iter().map(|l| serde_json::to_vec(l).expect("a dead letter serializes")).collect();
+        let (generation, producer) = self.producer.get();
+        let sends = letters.iter().zip(&payloads).map(|(letter, payload)| {
+            let record = FutureRecord::to(&self.topic).key(&letter.idempotency_key).payload(payload);
+            producer.send(record, Duration::from_secs(30))
+        });
+        for sent in futures::future::join_all(sends).await {
+            if let Err((e, _)) = sent {
                 self.producer.on_error(generation, &e);
-                e
-            })?;
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -612,7 +677,8 @@ async fn write_back(
         // One offset stored per partition and batch, the furthest: each store builds a
         // partition list and hands it to librdkafka, and only the last one counts.
         let mut done_through: Vec<(i32, i64)> = Vec::new();
-        let (mut succeeded, mut retried, mut dead, mut deferred) = (0, 0, 0, 0);
+        let (mut succeeded, mut retried, mut dead, mut paused) = (0, 0, 0, 0);
+        let mut deferred = [0; DeferReason::ALL.len()];
         {
             let mut offsets = offsets.lock().expect("offsets lock");
             for f in batch.drain(..) {
@@ -620,7 +686,8 @@ async fn write_back(
                     Next::Succeeded => succeeded += 1,
                     Next::Retry { .. } => retried += 1,
                     Next::Dead => dead += 1,
-                    Next::Defer { .. } => deferred += 1,
+                    Next::Cancelled => paused += 1,
+                    Next::Defer { reason, .. } => deferred[reason as usize] += 1,
                 }
                 if let Some(offset) = offsets.completed(f.position.partition, f.position.offset) {
                     match done_through.iter_mut().find(|(p, _)| *p == f.position.partition) {
@@ -639,8 +706,13 @@ async fn write_back(
                 metrics.executed.with_label_values(&[label]).inc_by(count);
             }
         }
-        if deferred > 0 {
-            metrics.deferred.with_label_values(&[crate::metrics::DEFER_REASONS[0]]).inc_by(deferred);
+        if paused > 0 {
+            metrics.skipped.with_label_values(&["target_paused"]).inc_by(paused);
+        }
+        for (reason, count) in DeferReason::ALL.into_iter().zip(deferred) {
+            if count > 0 {
+                metrics.deferred.with_label_values(&[reason.as_str()]).inc_by(count);
+            }
         }
     }
 }

@@ -4,11 +4,8 @@ use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, I
 use punctual_shared::metric_registrar::{with_values, MetricRegistrar};
 
 /// Why a task message did not run (`punctual_tasks_skipped_total{reason}`).
-pub const SKIP_REASONS: [&str; 5] = ["duplicate", "in_flight", "cancelled", "overlap_skipped", "overlap_deferred"];
-
-/// Why an occurrence was deferred (`punctual_deferred_total{reason}`): its target answered
-/// 429 or 503 with `Retry-After`.
-pub const DEFER_REASONS: [&str; 1] = ["target_busy"];
+pub const SKIP_REASONS: [&str; 6] =
+    ["duplicate", "in_flight", "cancelled", "overlap_skipped", "overlap_deferred", "target_paused"];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -17,7 +14,8 @@ pub struct Metrics {
     pub executed: IntCounterVec,
     /// Messages whose task was not started, by reason (see [`SKIP_REASONS`]).
     pub skipped: IntCounterVec,
-    /// Occurrences put off without counting an attempt, by reason (see [`DEFER_REASONS`]).
+    /// Occurrences put off without counting an attempt, by reason (see
+    /// [`punctual_shared::task::DeferReason`]).
     pub deferred: IntCounterVec,
     pub fire_lag: Histogram,
     /// By outcome: success (a 2xx answer, or a Kafka action acknowledged) or failure.
@@ -51,7 +49,7 @@ impl Metrics {
             define.counter_vec(
                 "punctual_tasks_skipped_total",
                 "Task messages not run, by reason: delivered before, in flight here, cancelled (timer paused, \
-                 deleted or changed), or by the overlap policy",
+                 deleted or changed), by the overlap policy, or its target paused for its namespace",
                 &["reason"],
             ),
             &SKIP_REASONS,
@@ -60,10 +58,11 @@ impl Metrics {
             define.counter_vec(
                 "punctual_deferred_total",
                 "Occurrences put off to a later time without counting an attempt, by reason: the target asked \
-                 for it (429 or 503 with Retry-After)",
+                 for it (retry_after: 429 or 503 with Retry-After), or it or the namespace had no turn soon \
+                 (target_limit, namespace_limit)",
                 &["reason"],
             ),
-            &DEFER_REASONS,
+            &punctual_shared::task::DeferReason::ALL.map(punctual_shared::task::DeferReason::as_str),
         );
         let fire_lag = define.histogram(
             "punctual_fire_lag_seconds",

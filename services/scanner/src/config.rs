@@ -108,6 +108,13 @@ impl ScannerConfig {
                 self.lease_ms, self.lookahead_ms
             ));
         }
+        let max_lead = punctual_shared::task::MAX_PUBLISH_LEAD.as_millis() as u64;
+        if self.publish_lead_ms > max_lead {
+            return Err(format!(
+                "PUNCTUAL_PUBLISH_LEAD_MS ({}) must be at most {max_lead}: executors run nothing published earlier",
+                self.publish_lead_ms
+            ));
+        }
         if self.publish_lead_ms * 2 > self.lookahead_ms {
             return Err(format!(
                 "PUNCTUAL_PUBLISH_LEAD_MS ({}) must be at most half of PUNCTUAL_LOOKAHEAD_MS ({})",
@@ -142,6 +149,9 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().check(), Ok(()));
         let error = parse(&["--publish-lead-ms", "11000"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_PUBLISH_LEAD_MS"), "{error}");
+        let error =
+            parse(&["--publish-lead-ms", "10001", "--lookahead-ms", "60000", "--lease-ms", "90000"]).unwrap().check();
+        assert!(error.unwrap_err().contains("at most 10000"));
         let error = parse(&["--lease-ms", "20500"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_LEASE_MS"), "{error}");
         let error = parse(&["--bucket-heartbeat-ms", "2000"]).unwrap().check().unwrap_err();

@@ -61,11 +61,13 @@ pub struct App {
 }
 
 impl App {
-    /// Connects, migrates, makes sure the tasks topic exists, binds the ops endpoint.
+    /// Connects, waits for the schema, makes sure the tasks topic exists, binds the ops
+    /// endpoint.
     pub async fn build(config: ScannerConfig) -> anyhow::Result<Self> {
         config.check().map_err(anyhow::Error::msg)?;
         let pool = db::connect_lazy_bounded(&config.database, config.bucket_lease())?;
-        db::migrate(&pool).await.context("running migrations")?;
+        // Migrated by the admin or `punctual migrate`: this service needs no DDL rights.
+        db::wait_for_schema(&pool).await.map_err(|state| anyhow::anyhow!("{state}"))?;
         let partitions = kafka::ensure_tasks_topic(&config.kafka)
             .await
             .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;

@@ -2,6 +2,7 @@
 
 mod bucket_leases;
 mod cron_corpus;
+mod least_privilege;
 mod schema_rules;
 mod task_states;
 mod topics;

@@ -120,6 +120,15 @@ async fn a_busy_target_defers_the_occurrence_without_counting_an_attempt() {
     let stack = Stack::start(&[]).await;
     sink.behave("/busy", Behaviour { script: vec![429], retry_after: Some("3".into()), ..Default::default() });
     let id = one_shot(&stack, &sink, "/busy", json!({"max_attempts": 1})).await;
+    // While it waits, the run says why.
+    let waiting = eventually(Duration::from_secs(20), "the run deferred", || async {
+        let runs = stack.runs(&id).await;
+        (runs.first()?["deferred_reason"] == "retry_after").then(|| runs[0].clone())
+    })
+    .await;
+    // Waiting again (claimed already when its new due time is within the scanner's lookahead).
+    assert!(matches!(waiting["status"].as_str(), Some("pending" | "claimed")), "{waiting}");
+    assert_eq!(waiting["attempt"], 1, "{waiting}");
     let calls = eventually(Duration::from_secs(30), "a second call", || async {
         let calls = sink.calls_to("/busy");
         (calls.len() >= 2).then_some(calls)
@@ -132,11 +141,12 @@ async fn a_busy_target_defers_the_occurrence_without_counting_an_attempt() {
     let runs = stack.runs(&id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!((runs[0]["status"].as_str(), runs[0]["attempt"].as_i64()), (Some("succeeded"), Some(1)), "{runs:?}");
+    assert_eq!(runs[0]["deferred_reason"], Value::Null, "cleared by the outcome");
     let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM task_attempts").fetch_one(&stack.db.pool).await.unwrap();
     assert_eq!(failed, 0, "no failed attempt on record");
     let metrics = stack.metrics(&stack.executor).await;
     assert_eq!(
-        metric_value(&metrics, "punctual_deferred_total{reason=\"target_busy\"}"),
+        metric_value(&metrics, "punctual_deferred_total{reason=\"retry_after\"}"),
         Some(1.0),
         "counted deferred"
     );
@@ -148,7 +158,16 @@ async fn a_kafka_action_publishes_once_with_the_identity_header() {
     let stack = Stack::start(&[]).await;
     let topic = unique_name("target");
     create_topic(&topic, 2).await;
-    let at = Utc::now() + chrono::Duration::milliseconds(1_500);
+    let listed = stack
+        .http
+        .patch(stack.admin.url("/v1/namespaces/default"))
+        .json(&json!({"kafka_topics": [topic]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200, "the namespace may publish to the topic");
+    // The executor reads the policy within 5 s.
+    let at = Utc::now() + chrono::Duration::seconds(6);
     let timer = stack
         .create_timer(&json!({"name": "to-kafka", "schedule": {"at": at},
             "action": {"kafka": {"topic": topic, "headers": {"x-env": "prod"}, "value": {"k": 1}}}}))

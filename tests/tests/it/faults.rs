@@ -12,9 +12,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use punctual_shared::timer::task_identity;
 use punctual_testkit::load::{until, Load};
+use punctual_testkit::repeats::SINK_DELAY;
 use punctual_testkit::servers::{Broker, PgServer};
 use punctual_testkit::stack::dump_logs;
-use punctual_testkit::{eventually, kafka_brokers, Behaviour, Sink, Stack};
+use punctual_testkit::{eventually, eventually_or, kafka_brokers, Behaviour, Sink, Stack};
 use uuid::Uuid;
 
 /// Settings that make recovery quick enough to test: short leases and session timeouts.
@@ -24,6 +25,15 @@ fn fast_recovery() -> Vec<(&'static str, String)> {
         ("PUNCTUAL_LOOKAHEAD_MS", "1500".into()),
         ("PUNCTUAL_KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
     ]
+}
+
+/// For the broker tests: a broker restarted on a machine busy with the rest of the suite
+/// takes 30–40 s to answer again, and occurrences due meanwhile must not pass the misfire
+/// threshold (the misfire policies have tests of their own).
+fn broker_recovery() -> Vec<(&'static str, String)> {
+    let mut env = fast_recovery();
+    env.push(("PUNCTUAL_MISFIRE_THRESHOLD_MS", "600000".into()));
+    env
 }
 
 const TIMERS: i64 = 100;
@@ -65,10 +75,14 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     // What may be repeated: the calls the dead executor had started and not written back
     // (each takes 300 ms), and nothing else.
+    // A call made just before the kill can reach the sink just after it.
+    let sink_delay = chrono::Duration::from_std(SINK_DELAY).unwrap();
     let in_flight: HashSet<String> = sink
         .calls()
         .iter()
-        .filter(|c| c.received_at <= killed_at && c.received_at > killed_at - chrono::Duration::milliseconds(500))
+        .filter(|c| {
+            c.received_at <= killed_at + sink_delay && c.received_at > killed_at - chrono::Duration::milliseconds(500)
+        })
         .filter_map(|c| c.idempotency_key.clone())
         .collect();
     let mut seen = HashSet::new();
@@ -80,6 +94,69 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
     assert_eq!(audit.duplicated, repeated.len(), "each at most twice");
 }
 
+/// A run is marked `running` by the process that makes it. An executor killed mid-call and
+/// restarted at once comes back under the same static membership (same owner), and gets
+/// the same messages again: it must not take its predecessor's runs for its own, or they
+/// stay `running` for ever (and, with the overlap policy `skip`, every later occurrence of
+/// their timers is skipped behind them). Each run in flight at the kill is made again once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_marked_by_a_killed_executor_run_again_under_the_same_owner() {
+    let sink = Sink::start().await;
+    sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
+    let mut stack = Stack::start(&fast_recovery()).await;
+    // `skip` marks every run, so each one in flight at the kill is a `running` row.
+    let load = Load::start_with_overlap(&stack, &sink, 20, 10, "skip").await;
+    until(&load, 4).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stack.executor.kill();
+    let killed_at = Utc::now();
+    stack.executor.restart();
+    // Every occurrence ends: run, or skipped behind a run of its timer still running.
+    let total = 20 * 10;
+    let finished = eventually_or(Duration::from_secs(90), || async {
+        let (done, unfinished): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status IN ('succeeded', 'cancelled')),
+                    count(*) FILTER (WHERE status NOT IN ('succeeded', 'cancelled'))
+               FROM tasks WHERE timer_id = ANY($1)",
+        )
+        .bind(&load.timers)
+        .fetch_one(&stack.db.pool)
+        .await
+        .unwrap();
+        println!("{done} of {total} finished, {unfinished} not");
+        (done == total).then_some(())
+    })
+    .await;
+    assert!(finished.is_some(), "occurrences never finished\n{}", dump_logs(&stack));
+    let calls = sink.calls();
+    let received_within = |from_ms: i64, to_ms: i64| -> HashSet<String> {
+        calls
+            .iter()
+            .filter(|c| {
+                c.received_at > killed_at + chrono::Duration::milliseconds(from_ms)
+                    && c.received_at <= killed_at + chrono::Duration::milliseconds(to_ms)
+            })
+            .filter_map(|c| c.idempotency_key.clone())
+            .collect()
+    };
+    // Received in the 250 ms before the kill: still unanswered (300 ms) when it came.
+    let unanswered = received_within(-250, 0);
+    // What may run again: calls made before the kill (some may reach the sink a little
+    // after it) whose outcome was not written yet.
+    let may_repeat = received_within(-500, SINK_DELAY.as_millis() as i64);
+    let mut counts = std::collections::HashMap::<String, usize>::new();
+    for key in calls.iter().filter_map(|c| c.idempotency_key.clone()) {
+        *counts.entry(key).or_default() += 1;
+    }
+    let repeated: HashSet<String> = counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| k.clone()).collect();
+    println!("unanswered at the kill: {}, repeated: {}", unanswered.len(), repeated.len());
+    assert!(!unanswered.is_empty(), "calls were in flight at the kill");
+    assert!(counts.values().all(|n| *n <= 2), "each at most twice");
+    assert!(repeated.is_subset(&may_repeat), "only calls in flight at the kill are repeated");
+    let not_again: Vec<&String> = unanswered.difference(&repeated).collect();
+    assert!(not_again.is_empty(), "every run in flight at the kill is made again: not {not_again:?}");
+}
+
 /// The executor's static member can come back from the broker's restart fenced by its own
 /// rejoin (librdkafka: "Static consumer fenced by other consumer with same
 /// group.instance.id", fatal), and it exits to be started again; this test plays the
@@ -89,7 +166,7 @@ async fn broker_restarted_with_durable_storage_loses_nothing() {
     let broker = Broker::start(true);
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
-    let mut stack = Stack::start_on(&server, &broker.brokers(), &fast_recovery()).await;
+    let mut stack = Stack::start_on(&server, &broker.brokers(), &broker_recovery()).await;
     let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 5).await;
     broker.kill();
@@ -122,7 +199,7 @@ async fn broker_that_forgets_everything_loses_nothing() {
     let broker = Broker::start(false);
     let sink = Sink::start().await;
     let server = std::env::var("PUNCTUAL_TEST_DATABASE_URL").unwrap();
-    let mut stack = Stack::start_on(&server, &broker.brokers(), &fast_recovery()).await;
+    let mut stack = Stack::start_on(&server, &broker.brokers(), &broker_recovery()).await;
     let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 5).await;
     broker.kill();
@@ -211,7 +288,9 @@ async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
         .await
         .unwrap();
     println!("succeeded after a retry: {retried}");
-    assert!(retried >= TIMERS * 2, "the outage's occurrences were retried ({retried})");
+    // The outage spans three seconds' occurrences; on a busy machine some of them are
+    // first called after it ended. At least a second's worth met it and were retried.
+    assert!(retried >= TIMERS, "the outage's occurrences were retried ({retried})");
     assert_eq!(not_done, 0);
 }
 

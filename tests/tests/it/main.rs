@@ -3,6 +3,7 @@
 mod delivery;
 mod executor_group;
 mod extreme_values;
+mod fairness;
 mod faults;
 mod graceful_stop;
 mod logs;
@@ -11,7 +12,9 @@ mod pipeline;
 mod policies;
 mod replicated_cluster;
 mod scale_out;
+mod secrets_at_rest;
 mod signed_callbacks;
 mod stale_epoch;
 mod target_guard;
+mod tenant_walls;
 mod traces;

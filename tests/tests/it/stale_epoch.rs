@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use punctual_shared::bucket::bucket_of;
 use punctual_shared::task::TaskMessage;
 use punctual_testkit::stack::TASKS_PARTITIONS;
@@ -13,7 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use uuid::Uuid;
 
 /// Sends `message` to the tasks topic, as a scanner would.
-async fn inject(stack: &Stack, message: &TaskMessage) {
+pub(crate) async fn inject(stack: &Stack, message: &TaskMessage) {
     let producer: FutureProducer =
         rdkafka::ClientConfig::new().set("bootstrap.servers", kafka_brokers()).create().expect("producer");
     let payload = serde_json::to_vec(message).unwrap();
@@ -35,11 +35,23 @@ async fn claim_epoch(stack: &Stack, task_id: i64) -> Option<i64> {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_from_a_superseded_epoch_never_runs_an_occurrence_again() {
-    let sink = Sink::start().await;
-    let mut stack = Stack::start(&[]).await;
-    let run_at = Utc::now() + chrono::Duration::seconds(15);
+/// A message for the first attempt of `timer`'s occurrence at `scheduled_at` (task
+/// `task_id`), claimed at `epoch`, that says it is due now.
+pub(crate) fn due_now(timer: Uuid, scheduled_at: DateTime<Utc>, task_id: i64, epoch: i64) -> TaskMessage {
+    TaskMessage {
+        task_id,
+        timer_id: timer,
+        scheduled_at,
+        attempt: 1,
+        due_at: Some(Utc::now()),
+        bucket: bucket_of(timer),
+        epoch,
+    }
+}
+
+/// A one-shot timer due at `run_at`, calling `sink`'s `/once`, once its task is claimed:
+/// the timer, the task and the claim's epoch.
+pub(crate) async fn claimed_once_timer(stack: &Stack, sink: &Sink, run_at: DateTime<Utc>) -> (Uuid, i64, i64) {
     let timer: Uuid = sqlx::query_scalar(
         "INSERT INTO timers (name, schedule_kind, run_at, http_url) VALUES ('once', 'once', $1, $2) RETURNING id",
     )
@@ -48,7 +60,7 @@ async fn a_message_from_a_superseded_epoch_never_runs_an_occurrence_again() {
     .fetch_one(&stack.db.pool)
     .await
     .unwrap();
-    let (task_id, old_epoch): (i64, i64) = eventually(Duration::from_secs(30), "the task claimed", || async {
+    let (task_id, epoch): (i64, i64) = eventually(Duration::from_secs(30), "the task claimed", || async {
         sqlx::query_as("SELECT id, claim_epoch FROM tasks WHERE timer_id = $1 AND status = 'claimed'")
             .bind(timer)
             .fetch_optional(&stack.db.pool)
@@ -56,6 +68,15 @@ async fn a_message_from_a_superseded_epoch_never_runs_an_occurrence_again() {
             .unwrap()
     })
     .await;
+    (timer, task_id, epoch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_from_a_superseded_epoch_never_runs_an_occurrence_again() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start(&[]).await;
+    let run_at = Utc::now() + chrono::Duration::seconds(15);
+    let (timer, task_id, old_epoch) = claimed_once_timer(&stack, &sink, run_at).await;
 
     // Its scanner dies; another takes the bucket over at a new epoch and claims the task again.
     stack.scanner.kill();
@@ -64,15 +85,7 @@ async fn a_message_from_a_superseded_epoch_never_runs_an_occurrence_again() {
         claim_epoch(&stack, task_id).await.filter(|e| *e > old_epoch)
     })
     .await;
-    let message = |epoch| TaskMessage {
-        task_id,
-        timer_id: timer,
-        scheduled_at: run_at,
-        attempt: 1,
-        due_at: Some(Utc::now()),
-        bucket: bucket_of(timer),
-        epoch,
-    };
+    let message = |epoch| due_now(timer, run_at, task_id, epoch);
 
     // The old owner's message, due now: refused, though the task is claimed and would start
     // without a write.

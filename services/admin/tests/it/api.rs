@@ -1,7 +1,8 @@
 //! The REST API in-process against a real Postgres: shapes, errors, and that bad input
 //! leaves nothing behind.
 
-use crate::common::{example, spawn_api, spawn_api_with, Api};
+use crate::common::{example, spawn_api, spawn_api_with, test_config, Api};
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -466,6 +467,27 @@ async fn secret_headers_are_stored_but_never_shown() {
     assert_eq!(status, 200);
     assert_eq!(stored().await["Authorization"], "Bearer s3cr3t-2");
 
+    // A redacted secret kept, with a Host header that would send it elsewhere: refused,
+    // as is every header of the connection or of the service's signature.
+    let (_, _, read) = api.get(&format!("/v1/timers/{id}")).await;
+    for name in [
+        "Host",
+        "connection",
+        "Transfer-Encoding",
+        "Content-Length",
+        "TE",
+        "Upgrade",
+        "Proxy-Authorization",
+        "webhook-signature",
+    ] {
+        let mut action = read["action"].clone();
+        action["http"]["headers"][name] = json!("evil.example");
+        let (status, _, problem) = patch(json!({"revision": read["revision"], "action": action})).await;
+        let field = format!("action.http.headers.{name}");
+        assert_eq!((status, problem["field"].as_str()), (422, Some(field.as_str())), "{problem}");
+    }
+    assert_eq!(stored().await["Authorization"], "Bearer s3cr3t-2", "unchanged");
+
     // "<redacted>" with nothing stored behind it is refused.
     let mut body = example();
     body["name"] = json!("other");
@@ -474,6 +496,8 @@ async fn secret_headers_are_stored_but_never_shown() {
     assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.Cookie")), "{problem}");
 
     // A Kafka message's headers likewise.
+    let topics = json!({"kafka_topics": ["billing", "elsewhere"]});
+    assert_eq!(api.send("PATCH", "/v1/namespaces/billing", Some(&topics)).await.0, 200);
     let mut body = example();
     body["name"] = json!("message");
     body["action"] = json!({"kafka": {"topic": "billing", "headers": {"X-Api-Key": "kafka-s3cr3t", "X-Env": "prod"}}});
@@ -716,4 +740,389 @@ async fn patch_nulls_and_secret_headers_across_a_change_of_target() {
     assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.Authorization")), "{problem}");
     let stored: Value = sqlx::query_scalar("SELECT http_headers FROM timers").fetch_one(&api.db.pool).await.unwrap();
     assert_eq!(stored, json!({"Authorization": "Bearer s3cr3t"}));
+}
+
+/// A namespace's limits: its readers see them, only admins change them; `null` returns a
+/// limit to its default; a value out of range is a problem naming the field.
+#[tokio::test]
+async fn a_namespaces_limits_are_read_by_its_keys_and_changed_by_admins_only() {
+    let api = spawn_api().await;
+    let (status, _, policy) = api.get("/v1/namespaces/billing").await;
+    assert_eq!(status, 200, "{policy}");
+    assert_eq!(policy["limits"], policy["default_limits"], "the defaults until changed: {policy}");
+    assert_eq!(policy["limits"]["max_concurrent_calls"], 2_000);
+
+    let (status, _, changed) =
+        api.send("PATCH", "/v1/namespaces/billing", Some(&json!({"limits": {"max_concurrent_calls": 10}}))).await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["limits"]["max_concurrent_calls"], 10);
+    assert_eq!(changed["limits"]["max_callback_timeout_ms"], 600_000, "the other kept its default");
+    let patch = json!({"limits": {"max_callback_timeout_ms": 5_000}});
+    let (_, _, changed) = api.send("PATCH", "/v1/namespaces/billing", Some(&patch)).await;
+    assert_eq!(
+        (&changed["limits"]["max_concurrent_calls"], &changed["limits"]["max_callback_timeout_ms"]),
+        (&json!(10), &json!(5_000)),
+        "a field left out is kept"
+    );
+    let (_, _, other) = api.get("/v1/namespaces/other").await;
+    assert_eq!(other["limits"]["max_concurrent_calls"], 2_000, "namespaces are apart");
+
+    for (body, status, field) in [
+        (json!({"limits": {"max_concurrent_calls": 0}}), 422, "limits.max_concurrent_calls"),
+        (json!({"limits": {"max_callback_timeout_ms": 600_001}}), 422, "limits.max_callback_timeout_ms"),
+        (json!({"limits": {"max_fires_per_second": 0}}), 422, "limits.max_fires_per_second"),
+        (json!({"limits": {"max_catch_up_per_second": 0}}), 422, "limits.max_catch_up_per_second"),
+        (json!({"limits": {"max_calls": 3}}), 400, "limits"),
+    ] {
+        let (got, ct, problem) = api.send("PATCH", "/v1/namespaces/billing", Some(&body)).await;
+        assert_eq!((got, ct.as_deref()), (status, Some("application/problem+json")), "{body}: {problem}");
+        if status == 422 {
+            assert_eq!(problem["field"], field, "{problem}");
+        }
+    }
+    let (status, _, problem) = api.get("/v1/namespaces/Not%20Valid").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("namespace")));
+
+    let (_, _, key) =
+        api.post("/v1/keys", &json!({"name": "tenant", "role": "write", "namespaces": ["billing"]})).await;
+    let tenant = api.with_key(key["key"].as_str());
+    assert_eq!(tenant.get("/v1/namespaces/billing").await.0, 200, "its own namespace's limits");
+    assert_eq!(tenant.get("/v1/namespaces/other").await.0, 403, "not another's");
+    let lift = json!({"limits": {"max_concurrent_calls": null}});
+    assert_eq!(tenant.send("PATCH", "/v1/namespaces/billing", Some(&lift)).await.0, 403, "nor lifts its own");
+    let (_, _, reset) = api.send("PATCH", "/v1/namespaces/billing", Some(&lift)).await;
+    assert_eq!(reset["limits"]["max_concurrent_calls"], 2_000, "null is the default again: {reset}");
+    let stored: Option<i32> =
+        sqlx::query_scalar("SELECT max_concurrent_calls FROM namespaces WHERE namespace = 'billing'")
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, None);
+}
+
+/// A namespace's timers publish only to the Kafka topics its policy lists (none until an
+/// admin lists them), never to the service's own topics nor with the service's own headers,
+/// whatever its keys try: each refusal is a problem naming the field.
+#[tokio::test]
+async fn a_namespace_publishes_only_to_the_kafka_topics_its_policy_lists() {
+    let api = spawn_api().await;
+    let (_, _, key) = api.post("/v1/keys", &json!({"name": "t1", "role": "write", "namespaces": ["t1"]})).await;
+    let tenant = api.with_key(key["key"].as_str());
+    let timer = |name: &str, kafka: Value| json!({"namespace": "t1", "name": name, "schedule": {"every_ms": 60_000}, "action": {"kafka": kafka}});
+    let (status, _, policy) = api.get("/v1/namespaces/t1").await;
+    assert_eq!((status, &policy["kafka_topics"]), (200, &json!([])), "none by default: {policy}");
+    let (status, _, problem) = tenant.post("/v1/timers", &timer("a", json!({"topic": "t1.orders"}))).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.kafka.topic")), "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("kafka_topics"), "says how: {problem}");
+
+    let topics = json!({"kafka_topics": ["t1.*", "shared-events"]});
+    assert_eq!(tenant.send("PATCH", "/v1/namespaces/t1", Some(&topics)).await.0, 403, "a tenant opens no wall");
+    let (status, _, policy) = api.send("PATCH", "/v1/namespaces/t1", Some(&topics)).await;
+    assert_eq!((status, &policy["kafka_topics"]), (200, &json!(["t1.*", "shared-events"])), "{policy}");
+    assert_eq!(tenant.post("/v1/timers", &timer("a", json!({"topic": "t1.orders"}))).await.0, 201);
+    assert_eq!(tenant.post("/v1/timers", &timer("b", json!({"topic": "shared-events"}))).await.0, 201);
+    for (name, kafka, field) in [
+        ("c", json!({"topic": "punctual.tasks"}), "action.kafka.topic"),
+        ("d", json!({"topic": "punctual.dead"}), "action.kafka.topic"),
+        ("e", json!({"topic": "__consumer_offsets"}), "action.kafka.topic"),
+        ("f", json!({"topic": "t2.orders"}), "action.kafka.topic"),
+        ("g", json!({"topic": "unlisted"}), "action.kafka.topic"),
+        (
+            "h",
+            json!({"topic": "t1.orders", "headers": {"Punctual-Attempt": "1"}}),
+            "action.kafka.headers.Punctual-Attempt",
+        ),
+    ] {
+        let (status, ct, problem) = tenant.post("/v1/timers", &timer(name, kafka.clone())).await;
+        assert_eq!((status, ct.as_deref()), (422, Some("application/problem+json")), "{kafka}: {problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+    }
+    // Changing a timer's topic is checked like creating one.
+    let (_, _, created) = tenant.get("/v1/timers?namespace=t1").await;
+    let stored = &created["timers"][0];
+    let patch = json!({"revision": stored["revision"], "action": {"kafka": {"topic": "punctual.tasks"}}});
+    let (status, _, problem) =
+        tenant.send("PATCH", &format!("/v1/timers/{}", stored["id"].as_str().unwrap()), Some(&patch)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.kafka.topic")), "{problem}");
+
+    for (topics, field) in [
+        (json!(["punctual.*"]), "kafka_topics[0]"),
+        (json!(["ok", "bad name"]), "kafka_topics[1]"),
+        (json!(["a*b"]), "kafka_topics[0]"),
+    ] {
+        let (status, _, problem) = api.send("PATCH", "/v1/namespaces/t1", Some(&json!({"kafka_topics": topics}))).await;
+        assert_eq!((status, &problem["field"]), (422, &json!(field)), "{problem}");
+    }
+    // Even `*` leaves the service's topics out; a list changed by an admin applies to the
+    // next write.
+    api.send("PATCH", "/v1/namespaces/t1", Some(&json!({"kafka_topics": ["*"]}))).await;
+    assert_eq!(tenant.post("/v1/timers", &timer("i", json!({"topic": "anything"}))).await.0, 201);
+    assert_eq!(tenant.post("/v1/timers", &timer("j", json!({"topic": "punctual.tasks"}))).await.0, 422);
+}
+
+/// The targets paused for a namespace are listed to its keys and resumed by its writers;
+/// another namespace's pause is neither shown nor resumed.
+#[tokio::test]
+async fn paused_targets_are_listed_and_resumed_within_their_namespace() {
+    let api = spawn_api().await;
+    let pool = &api.db.pool;
+    for (ns, target) in [("billing", "https://hooks.example:443"), ("other", "https://hooks.example:443")] {
+        assert!(punctual_shared::paused_target::pause(pool, ns, target, "every call failed for 3600 s").await.unwrap());
+    }
+    let (status, _, listed) = api.get("/v1/namespaces/billing/paused-targets").await;
+    assert_eq!(status, 200, "{listed}");
+    let paused = listed["paused_targets"].as_array().unwrap();
+    assert_eq!(paused.len(), 1, "{listed}");
+    assert_eq!(paused[0]["target"], "https://hooks.example:443");
+    assert_eq!(paused[0]["reason"], "every call failed for 3600 s");
+
+    let (_, _, reader) = api.post("/v1/keys", &json!({"name": "r", "role": "read", "namespaces": ["billing"]})).await;
+    let reader = api.with_key(reader["key"].as_str());
+    assert_eq!(reader.get("/v1/namespaces/billing/paused-targets").await.0, 200);
+    let resume = json!({"target": "https://hooks.example:443"});
+    let path = "/v1/namespaces/billing/paused-targets/resume";
+    assert_eq!(reader.post(path, &resume).await.0, 403, "reading is not resuming");
+    let (_, _, writer) = api.post("/v1/keys", &json!({"name": "w", "role": "write", "namespaces": ["billing"]})).await;
+    let writer = api.with_key(writer["key"].as_str());
+    assert_eq!(writer.post("/v1/namespaces/other/paused-targets/resume", &resume).await.0, 403, "not another's");
+    assert_eq!(writer.post(path, &resume).await.0, 204);
+    let (status, ct, problem) = writer.post(path, &resume).await;
+    assert_eq!((status, ct.as_deref()), (404, Some("application/problem+json")), "resumed already: {problem}");
+    assert_eq!(writer.post(path, &json!({"url": "x"})).await.0, 400);
+    let (_, _, listed) = api.get("/v1/namespaces/billing/paused-targets").await;
+    assert_eq!(listed["paused_targets"], json!([]));
+    let (_, _, other) = api.get("/v1/namespaces/other/paused-targets").await;
+    assert_eq!(other["paused_targets"].as_array().unwrap().len(), 1, "the other namespace's pause stays");
+}
+
+/// A replay is due within its namespace's catch-up budget: 1,500 dead tasks at the default
+/// 1,000 a second come due over 1.5 s, and a second replay right after comes due after
+/// the first; a namespace's own budget (PATCH) spreads its replays at that rate.
+#[tokio::test]
+async fn a_large_replay_is_spread_over_its_namespaces_catch_up_budget() {
+    let api = spawn_api().await;
+    let pool = &api.db.pool;
+    let timer = api.timer_in("ops", "outage").await;
+    let dead = |count: i32, offset: i32| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt)
+             SELECT $1, date_trunc('second', now()) - interval '1 day' + (i + $3) * interval '1 second', now(), 1,
+                    punctual_bucket($1), 'dead', 3
+               FROM generate_series(1, $2) AS i
+             RETURNING id",
+        )
+        .bind(timer)
+        .bind(count)
+        .bind(offset)
+        .fetch_all(pool)
+    };
+    let spread = |ids: Vec<i64>| async move {
+        let (first, last): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+            sqlx::query_as("SELECT min(due_at), max(due_at) FROM tasks WHERE id = ANY($1) AND status = 'pending'")
+                .bind(&ids)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        (first, last)
+    };
+    let first_ids = dead(1_500, 0).await.unwrap();
+    let second_ids = dead(10, 10_000).await.unwrap();
+    let (status, _, replayed) = api.post("/v1/tasks/replay", &json!({"ids": first_ids})).await;
+    assert_eq!((status, replayed["replayed"].as_array().map(Vec::len)), (200, Some(1_500)), "{replayed}");
+    assert_eq!(api.post("/v1/tasks/replay", &json!({"ids": second_ids})).await.0, 200);
+    let (first, last) = spread(first_ids).await;
+    let over = (last - first).num_milliseconds();
+    assert!((1_490..=1_500).contains(&over), "1,500 at 1,000 a second: over {over} ms");
+    let (after, _) = spread(second_ids).await;
+    assert!(after > last, "the next replay after the first: {after} after {last}");
+
+    let patch = json!({"limits": {"max_catch_up_per_second": 10}});
+    assert_eq!(api.send("PATCH", "/v1/namespaces/ops", Some(&patch)).await.0, 200);
+    let slow_ids = dead(20, 20_000).await.unwrap();
+    assert_eq!(api.post("/v1/tasks/replay", &json!({"ids": slow_ids})).await.0, 200);
+    let (first, last) = spread(slow_ids).await;
+    assert_eq!((last - first).num_milliseconds(), 1_900, "20 at 10 a second");
+}
+
+/// With `PUNCTUAL_SECRET_KEY`, signing secrets and secret header values are stored sealed:
+/// a SQL reader sees no secret, the API works as before (a secret sent back redacted keeps
+/// its value), and what was stored in plaintext before the key was set is sealed when an
+/// admin starts with it, without changing any timer's version.
+#[tokio::test]
+async fn secrets_are_stored_sealed_and_plaintext_ones_sealed_at_start() {
+    use punctual_shared::sealed::{Purpose, SecretKeys};
+    let entry = SecretKeys::generate_entry("k1");
+    let keys: SecretKeys = entry.parse().unwrap();
+    let key = entry.clone();
+    let api = spawn_api_with(move |c| c.secrets.secret_key = Some(key)).await;
+    let pool = &api.db.pool;
+
+    let (status, _, created) = api.post("/v1/namespaces/billing/signing-secrets", &json!({})).await;
+    assert_eq!(status, 201);
+    let whsec = created["secret"].as_str().unwrap();
+    let mut body = example();
+    body["action"]["http"]["headers"] =
+        json!({"Authorization": "Bearer s3cr3t", "X-Tenant-Key": "t3nant", "X-Env": "prod"});
+    let (status, _, timer) = api.post("/v1/timers", &body).await;
+    assert_eq!(status, 201, "{timer}");
+
+    let secret: String = sqlx::query_scalar("SELECT secret FROM signing_secrets").fetch_one(pool).await.unwrap();
+    let headers: Value = sqlx::query_scalar("SELECT http_headers FROM timers").fetch_one(pool).await.unwrap();
+    let dump = format!("{secret} {headers}");
+    for plaintext in [&whsec[6..], "s3cr3t", "t3nant"] {
+        assert!(!dump.contains(plaintext), "{plaintext} stored: {dump}");
+    }
+    assert_eq!(headers["X-Env"], "prod", "what is not secret stays readable");
+    assert_eq!(keys.open(&secret, Purpose::SigningSecret).unwrap(), whsec);
+    assert_eq!(keys.open(headers["Authorization"].as_str().unwrap(), Purpose::Header).unwrap(), "Bearer s3cr3t");
+    let (_, _, listed) = api.get("/v1/namespaces/billing/signing-secrets").await;
+    assert_eq!(listed["signing_secrets"][0]["prefix"], format!("{}…", &whsec[..10]));
+
+    // Sent back as read, with a change elsewhere: still the same secret, sealed.
+    let id = timer["id"].as_str().unwrap();
+    let mut action = timer["action"].clone();
+    action["http"]["headers"]["X-Env"] = json!("staging");
+    let patch = json!({"revision": timer["revision"], "action": action});
+    let (status, _, patched) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!(status, 200, "{patched}");
+    let headers: Value = sqlx::query_scalar("SELECT http_headers FROM timers").fetch_one(pool).await.unwrap();
+    assert_eq!(keys.open(headers["Authorization"].as_str().unwrap(), Purpose::Header).unwrap(), "Bearer s3cr3t");
+    // A value made to look sealed is refused: it would be sent as it is.
+    action["http"]["headers"]["X-Env"] = json!("sealed:v1:k1:AAAA");
+    let patch = json!({"revision": patched["revision"], "action": action});
+    let (status, _, problem) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.http.headers.X-Env")), "{problem}");
+
+    // Stored in plaintext before the key was set (or with SQL): sealed at the next start.
+    sqlx::query("INSERT INTO signing_secrets (namespace, secret) VALUES ('old', $1)")
+        .bind(punctual_shared::webhook_signature::SigningSecret::generate().encoded())
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE timers SET http_headers = '{\"Authorization\": \"Bearer plain\"}'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let (version, revision): (i64, i64) =
+        sqlx::query_as("SELECT version, revision FROM timers").fetch_one(pool).await.unwrap();
+    let mut config = test_config(&api.db, None);
+    config.secrets.secret_key = Some(entry);
+    punctual_admin::App::build(config).await.expect("an admin starts");
+    let secrets: Vec<String> = sqlx::query_scalar("SELECT secret FROM signing_secrets").fetch_all(pool).await.unwrap();
+    assert!(secrets.iter().all(|s| s.starts_with("sealed:v1:k1:")), "{secrets:?}");
+    let (headers, version_after, revision_after): (Value, i64, i64) =
+        sqlx::query_as("SELECT http_headers, version, revision FROM timers").fetch_one(pool).await.unwrap();
+    assert_eq!(keys.open(headers["Authorization"].as_str().unwrap(), Purpose::Header).unwrap(), "Bearer plain");
+    assert_eq!((version_after, revision_after), (version, revision), "sealing changed no definition");
+}
+
+/// A namespace's policy holds its own callback allow-list, quota of timers and shortest
+/// fire interval, each applied to that namespace only; `PUT` sets it whole, `PATCH` in
+/// part; the list shows the namespaces with a policy, to the keys that see them.
+#[tokio::test]
+async fn a_namespaces_policy_opens_and_limits_that_namespace_only() {
+    let api = spawn_api().await;
+    let timer = |ns: &str, name: &str, url: &str, every_ms: i64| json!({"namespace": ns, "name": name, "schedule": {"every_ms": every_ms}, "action": {"http": {"url": url}}});
+    let private = "http://10.20.0.5/hook";
+    assert_eq!(api.post("/v1/timers", &timer("t1", "a", private, 60_000)).await.0, 422, "private: refused");
+    let policy = json!({"callback_allow": ["10.20.0.0/16", "hooks.internal"],
+                        "limits": {"max_timers": 2, "min_fire_interval_ms": 5_000}});
+    let (status, _, put) = api.send("PUT", "/v1/namespaces/t1", Some(&policy)).await;
+    assert_eq!(status, 200, "{put}");
+    assert_eq!(put["callback_allow"], json!(["10.20.0.0/16", "hooks.internal"]));
+    assert_eq!((&put["limits"]["max_timers"], &put["default_limits"]["max_timers"]), (&json!(2), &json!(100_000)));
+    assert_eq!(put["limits"]["max_concurrent_calls"], 2_000, "what PUT leaves out is the default");
+
+    let (status, _, created) = api.post("/v1/timers", &timer("t1", "a", private, 60_000)).await;
+    assert_eq!(status, 201, "opened for t1: {created}");
+    let (status, _, problem) = api.post("/v1/timers", &timer("t2", "a", private, 60_000)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("action.http.url")), "not for t2: {problem}");
+    let (status, _, problem) = api.post("/v1/timers", &timer("t1", "b", "https://e.example/", 2_000)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("schedule.every_ms")), "t1's own interval: {problem}");
+    assert_eq!(api.post("/v1/timers", &timer("t2", "b", "https://e.example/", 2_000)).await.0, 201, "not t2's");
+    assert_eq!(api.post("/v1/timers", &timer("t1", "b", "https://e.example/", 60_000)).await.0, 201);
+    let (status, _, problem) = api.post("/v1/timers", &timer("t1", "c", "https://e.example/", 60_000)).await;
+    assert_eq!(status, 409, "t1's quota of 2: {problem}");
+    assert_eq!(api.post("/v1/timers", &timer("t2", "c", "https://e.example/", 60_000)).await.0, 201, "not t2's");
+
+    // PATCH keeps what it leaves out; PUT does not.
+    let (_, _, patched) = api.send("PATCH", "/v1/namespaces/t1", Some(&json!({"limits": {"max_timers": 3}}))).await;
+    assert_eq!((&patched["limits"]["max_timers"], &patched["callback_allow"][0]), (&json!(3), &json!("10.20.0.0/16")));
+    for (body, field) in [
+        (json!({"callback_allow": ["not a host!"]}), "callback_allow[0]"),
+        (json!({"callback_allow": ["a,b"]}), "callback_allow[0]"),
+        (json!({"limits": {"max_timers": -1}}), "limits.max_timers"),
+        (json!({"limits": {"min_fire_interval_ms": 86_400_001}}), "limits.min_fire_interval_ms"),
+    ] {
+        let (status, _, problem) = api.send("PATCH", "/v1/namespaces/t1", Some(&body)).await;
+        assert_eq!((status, &problem["field"]), (422, &json!(field)), "{body}: {problem}");
+    }
+
+    let (_, _, listed) = api.get("/v1/namespaces").await;
+    let names: Vec<&str> =
+        listed["namespaces"].as_array().unwrap().iter().map(|n| n["namespace"].as_str().unwrap()).collect();
+    assert_eq!(names, ["t1"], "only namespaces with a policy of their own");
+    let (_, _, key) = api.post("/v1/keys", &json!({"name": "t2", "role": "read", "namespaces": ["t2"]})).await;
+    let (status, _, seen) = api.with_key(key["key"].as_str()).get("/v1/namespaces").await;
+    assert_eq!((status, &seen["namespaces"]), (200, &json!([])), "t2's key does not see t1's policy");
+    let put = api.with_key(key["key"].as_str()).send("PUT", "/v1/namespaces/t2", Some(&json!({}))).await;
+    assert_eq!(put.0, 403);
+}
+
+/// Listing finished tasks reads the scheduled times asked for (the last day unless given)
+/// through the scheduled time's index, not the whole history: 30 days of succeeded tasks,
+/// and the listing neither scans the table nor shows more than its range.
+#[tokio::test]
+async fn finished_tasks_are_listed_by_a_range_of_scheduled_times_without_a_full_scan() {
+    let api = spawn_api().await;
+    let pool = &api.db.pool;
+    let (_, _, timer) = api.post("/v1/timers", &example()).await;
+    let id: uuid::Uuid = timer["id"].as_str().unwrap().parse().unwrap();
+    sqlx::query(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, finished_at)
+         SELECT $1, at, at, 1, 0, 'succeeded', at
+           FROM generate_series(now() - interval '30 days', now() - interval '10 seconds', interval '10 seconds') AS at
+          ORDER BY at",
+    )
+    .bind(id)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE tasks").execute(pool).await.unwrap();
+    // The listing's plan, for the last day: through the scheduled time's index, no full scan.
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", punctual_admin::dead_tasks::list_statement());
+    let plan: Value = sqlx::query_scalar(&explain)
+        .bind("succeeded")
+        .bind(None::<String>)
+        .bind(1000_i64)
+        .bind(None::<Vec<String>>)
+        .bind(Some(Utc::now() - chrono::Duration::days(1)))
+        .bind(Some(Utc::now()))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    fn nodes(node: &Value, out: &mut Vec<(String, String)>) {
+        let field = |name: &str| node[name].as_str().unwrap_or_default().to_owned();
+        out.push((field("Node Type"), field("Relation Name") + &field("Index Name")));
+        for child in node["Plans"].as_array().into_iter().flatten() {
+            nodes(child, out);
+        }
+    }
+    let mut scans = Vec::new();
+    nodes(&plan[0]["Plan"], &mut scans);
+    assert!(scans.iter().any(|(_, on)| on == "tasks_scheduled_brin"), "{scans:?}");
+    assert!(!scans.iter().any(|(kind, on)| kind == "Seq Scan" && on == "tasks"), "{scans:?}");
+
+    let (status, _, listed) = api.get("/v1/tasks?status=succeeded&limit=1000").await;
+    assert_eq!(status, 200, "{listed}");
+    let tasks = listed["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1000, "a page of the last day's");
+    let day_ago = Utc::now() - chrono::Duration::days(1);
+    assert!(tasks.iter().all(|t| t["scheduled_at"].as_str().unwrap().parse::<DateTime<Utc>>().unwrap() >= day_ago));
+    let from = (Utc::now() - chrono::Duration::days(20)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let to = (Utc::now() - chrono::Duration::days(19)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (status, _, older) = api.get(&format!("/v1/tasks?status=succeeded&limit=10&from={from}&to={to}")).await;
+    assert_eq!((status, older["tasks"].as_array().unwrap().len()), (200, 10), "{older}");
+    let (status, _, problem) = api.get("/v1/tasks?status=gone").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("status")));
 }

@@ -27,23 +27,7 @@ pub async fn spawn_api() -> Api {
 pub async fn spawn_api_with(configure: impl FnOnce(&mut AdminConfig)) -> Api {
     let db = TestDb::create().await;
     let admin_key = ApiKey::generate();
-    // No callback address allowed beyond public ones, as by default.
-    let mut config = AdminConfig {
-        database: db.config(),
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_namespace_label: false,
-        callback_allow: Default::default(),
-        secret_headers: "X-Tenant-Key".parse().unwrap(),
-        min_fire_interval_ms: 1_000,
-        namespace_max_timers: 100_000,
-        auth: punctual_admin::auth::AuthConfig {
-            bootstrap_api_key: Some(admin_key.expose().to_owned()),
-            // Tests make requests in bursts, some without keys; the limits have tests of their own.
-            api_rate_limit: 0,
-            failed_auth_limit: 0,
-            ..Default::default()
-        },
-    };
+    let mut config = test_config(&db, Some(&admin_key));
     configure(&mut config);
     let app = App::build(config).await.expect("admin starts");
     let base = format!("http://{}", app.addr());
@@ -51,6 +35,31 @@ pub async fn spawn_api_with(configure: impl FnOnce(&mut AdminConfig)) -> Api {
     tokio::spawn(app.run_until_stopped(token.clone()));
     let admin_key = admin_key.expose().to_owned();
     Api { base, client: client(Some(&admin_key)), admin_key, db: Arc::new(db), _stop: Arc::new(token.drop_guard()) }
+}
+
+/// The test's settings for an admin on `db`.
+pub fn test_config(db: &TestDb, admin_key: Option<&ApiKey>) -> AdminConfig {
+    // No callback address allowed beyond public ones, as by default.
+    AdminConfig {
+        database: db.config(),
+        addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_namespace_label: false,
+        callback_allow: Default::default(),
+        secret_headers: "X-Tenant-Key".parse().unwrap(),
+        min_fire_interval_ms: 1_000,
+        namespace_max_timers: 100_000,
+        tasks_topic: "punctual.tasks".into(),
+        dead_topic: "punctual.dead".into(),
+        migrate: true,
+        secrets: Default::default(),
+        auth: punctual_admin::auth::AuthConfig {
+            bootstrap_api_key: admin_key.map(|k| k.expose().to_owned()),
+            // Tests make requests in bursts, some without keys; the limits have tests of their own.
+            api_rate_limit: 0,
+            failed_auth_limit: 0,
+            ..Default::default()
+        },
+    }
 }
 
 /// A client that sends `key` as its bearer token, or no Authorization at all.

@@ -1,0 +1,127 @@
+//! Sealing what is stored in plaintext, or sealed with a key that is not the current one:
+//! the signing secrets, and the values of timers' secret headers (and every value sealed
+//! already). The admin does it at its start (so values written before keys were set, or
+//! with SQL, are sealed), and `punctual secrets rotate` on request, after a new key was put
+//! first in `PUNCTUAL_SECRET_KEY`. Only the values change: a timer keeps its version and
+//! revision (the schema's trigger is told so), so nothing planned is cancelled.
+
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::sealed::{is_sealed, OpenError, Purpose, SecretKeys};
+
+/// Rows sealed per transaction.
+const BATCH: i64 = 500;
+
+/// What [`seal_stored`] changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Resealed {
+    pub signing_secrets: u64,
+    pub timers: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("{what}: {error}")]
+    Open { what: String, error: OpenError },
+}
+
+/// Seals with the current key every stored secret that needs it. Without keys, nothing.
+/// `is_secret` says which header names are secret (besides values sealed already).
+pub async fn seal_stored(
+    pool: &PgPool,
+    keys: &SecretKeys,
+    is_secret: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Resealed, SealError> {
+    let Some(current) = keys.current_id() else {
+        return Ok(Resealed::default());
+    };
+    let current_prefix = format!("{}{current}:", crate::sealed::SEALED_PREFIX);
+    let mut done = Resealed::default();
+    let secrets: Vec<(Uuid, String, String)> =
+        sqlx::query_as("SELECT id, namespace, secret FROM signing_secrets WHERE secret NOT LIKE $1 || '%'")
+            .bind(&current_prefix)
+            .fetch_all(pool)
+            .await?;
+    for (id, namespace, secret) in secrets {
+        let opened = keys.open(&secret, Purpose::SigningSecret).map_err(|error| SealError::Open {
+            what: format!("a signing secret of namespace {namespace} ({id})"),
+            error,
+        })?;
+        let sealed = keys.seal(&opened, Purpose::SigningSecret);
+        let changed = sqlx::query("UPDATE signing_secrets SET secret = $3 WHERE id = $1 AND secret = $2")
+            .bind(id)
+            .bind(&secret)
+            .bind(&sealed)
+            .execute(pool)
+            .await?;
+        done.signing_secrets += changed.rows_affected();
+    }
+    let mut after = Uuid::nil();
+    loop {
+        let rows: Vec<(Uuid, Value, Value)> = sqlx::query_as(
+            "SELECT id, http_headers, kafka_headers FROM timers
+              WHERE id > $1 AND (http_headers <> '{}' OR kafka_headers <> '{}')
+              ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(BATCH)
+        .fetch_all(pool)
+        .await?;
+        let Some((last, _, _)) = rows.last() else { break };
+        after = *last;
+        let mut tx = pool.begin().await?;
+        // The trigger leaves version and revision as they are for this transaction's updates.
+        sqlx::query("SET LOCAL punctual.resealing = 'on'").execute(&mut *tx).await?;
+        for (id, http, kafka) in &rows {
+            let what = |header: &str| format!("header {header} of timer {id}");
+            let (http_new, kafka_new) = (reseal(keys, is_secret, http, &what)?, reseal(keys, is_secret, kafka, &what)?);
+            if http_new.is_none() && kafka_new.is_none() {
+                continue;
+            }
+            // Unless the timer changed meanwhile: its new values are sealed by their writer.
+            let changed = sqlx::query(
+                "UPDATE timers SET http_headers = $3, kafka_headers = $4
+                  WHERE id = $1 AND http_headers = $2 AND kafka_headers = $5",
+            )
+            .bind(id)
+            .bind(http)
+            .bind(http_new.as_ref().unwrap_or(http))
+            .bind(kafka_new.as_ref().unwrap_or(kafka))
+            .bind(kafka)
+            .execute(&mut *tx)
+            .await?;
+            done.timers += changed.rows_affected();
+        }
+        tx.commit().await?;
+    }
+    Ok(done)
+}
+
+/// `headers` with every secret or sealed value sealed with the current key, if any changed.
+fn reseal(
+    keys: &SecretKeys,
+    is_secret: &(dyn Fn(&str) -> bool + Sync),
+    headers: &Value,
+    what: &dyn Fn(&str) -> String,
+) -> Result<Option<Value>, SealError> {
+    let Value::Object(map) = headers else { return Ok(None) };
+    let mut changed = false;
+    let mut out = Map::new();
+    for (name, value) in map {
+        let sealed = match value.as_str() {
+            Some(v) if (is_secret(name) || is_sealed(v)) && keys.needs_sealing(v) => {
+                let opened =
+                    keys.open(v, Purpose::Header).map_err(|error| SealError::Open { what: what(name), error })?;
+                changed = true;
+                Value::String(keys.seal(&opened, Purpose::Header))
+            }
+            _ => value.clone(),
+        };
+        out.insert(name.clone(), sealed);
+    }
+    Ok(changed.then_some(Value::Object(out)))
+}
