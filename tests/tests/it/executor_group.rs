@@ -20,8 +20,10 @@ const SECONDS: i64 = 20;
 const CALL: Duration = Duration::from_millis(300);
 
 /// How long before a kill a call may have begun and still be in flight: its own length,
-/// and the write-back of its outcome, which goes in batches and waits for Postgres.
-const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
+/// and the write-back of its outcome, which goes in batches and waits for Postgres (up to
+/// 1.2 s seen with the whole suite running beside it). Calls of earlier seconds of the
+/// load are still outside it.
+const IN_FLIGHT: Duration = Duration::from_millis(300 + 2_000);
 
 /// How long after `since` the sink received its first call.
 async fn first_call_after(sink: &Sink, since: DateTime<Utc>) -> Duration {
