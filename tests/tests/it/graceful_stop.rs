@@ -11,8 +11,9 @@ use punctual_testkit::{Behaviour, Sink, Stack};
 const TIMERS: i64 = 200;
 const SECONDS: i64 = 15;
 const DRAIN: Duration = Duration::from_secs(2);
-/// What a stop may take beyond the drain timeout: the final offset commit and the exit.
-const STOP_MARGIN: Duration = Duration::from_secs(2);
+/// What a stop may take beyond the drain timeout: the final offset commit and the exit
+/// (2.5 s seen with the whole suite running beside it).
+const STOP_MARGIN: Duration = Duration::from_secs(3);
 
 /// Stops the executor at the load's fifth second, restarts it, and returns how long the
 /// stop took and whether it exited successfully.

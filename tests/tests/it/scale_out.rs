@@ -201,13 +201,21 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
     let calls = sink.calls();
     let mut called: HashSet<&str> = HashSet::new();
     let mut largest_lag = chrono::Duration::zero();
+    let mut latest = None;
     for c in &calls {
         let Some(key) = c.idempotency_key.as_deref() else { continue };
         if called.insert(key) {
             if let Some(at) = c.scheduled_at() {
-                largest_lag = largest_lag.max(c.received_at - at);
+                if c.received_at - at > largest_lag {
+                    largest_lag = c.received_at - at;
+                    latest = Some((key, at));
+                }
             }
         }
+    }
+    // Which occurrence, and when in the load: it tells which fault delayed it.
+    if let Some((key, at)) = latest {
+        println!("the latest first call: {key}, the load's second {}", (at - load.start).num_seconds());
     }
     let lost: Vec<&String> = expected.iter().filter(|k| !called.contains(k.as_str())).collect();
     let unexpected = called.iter().filter(|k| !expected.contains(**k)).count();
