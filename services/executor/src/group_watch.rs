@@ -33,13 +33,24 @@ pub struct GroupView {
     pub unassigned: BTreeSet<i32>,
 }
 
+/// Why the group could not be described.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupWatchError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("group {0} not described")]
+    NotDescribed(String),
+    #[error("a member's assignment: {0}")]
+    Assignment(&'static str),
+}
+
 /// Reads the group and the topic through `consumer`, which need not be a member (blocking
 /// calls: run on a blocking thread).
 pub fn describe<C: ConsumerContext, K: Consumer<C>>(
     consumer: &K,
     group: &str,
     topic: &str,
-) -> anyhow::Result<GroupView> {
+) -> Result<GroupView, GroupWatchError> {
     let groups = consumer.fetch_group_list(Some(group), REQUEST_TIMEOUT)?;
     let metadata = consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
     let partitions: BTreeSet<i32> = metadata
@@ -49,7 +60,7 @@ pub fn describe<C: ConsumerContext, K: Consumer<C>>(
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
     let Some(info) = groups.groups().iter().find(|g| g.name() == group) else {
-        anyhow::bail!("group {group} not described");
+        return Err(GroupWatchError::NotDescribed(group.to_owned()));
     };
     let mut assigned = BTreeSet::new();
     for member in info.members() {
@@ -66,7 +77,7 @@ pub fn describe<C: ConsumerContext, K: Consumer<C>>(
 /// The partitions of `topic` in a member's assignment, in the consumer protocol's format:
 /// version (int16), then an array (int32 count) of topics, each a string (int16 length)
 /// and an array of int32 partitions, then user data (ignored).
-pub fn assigned_partitions(bytes: &[u8], topic: &str) -> anyhow::Result<Vec<i32>> {
+pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Result<Vec<i32>, GroupWatchError> {
     let mut r = Reader(bytes);
     if bytes.is_empty() {
         return Ok(Vec::new());
@@ -74,7 +85,7 @@ pub fn assigned_partitions(bytes: &[u8], topic: &str) -> anyhow::Result<Vec<i32>
     let _version = r.i16()?;
     let mut out = Vec::new();
     for _ in 0..r.count()? {
-        let name_len = usize::try_from(r.i16()?).map_err(|_| anyhow::anyhow!("a null topic name"))?;
+        let name_len = usize::try_from(r.i16()?).map_err(|_| GroupWatchError::Assignment("a null topic name"))?;
         let name = r.take(name_len)?;
         for _ in 0..r.count()? {
             let partition = r.i32()?;
@@ -89,22 +100,25 @@ pub fn assigned_partitions(bytes: &[u8], topic: &str) -> anyhow::Result<Vec<i32>
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> anyhow::Result<&'a [u8]> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], GroupWatchError> {
         if self.0.len() < n {
-            anyhow::bail!("assignment truncated");
+            return Err(GroupWatchError::Assignment("assignment truncated"));
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
-    fn i16(&mut self) -> anyhow::Result<i16> {
-        Ok(i16::from_be_bytes(self.take(2)?.try_into()?))
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], GroupWatchError> {
+        self.take(N)?.try_into().map_err(|_| GroupWatchError::Assignment("assignment truncated"))
     }
-    fn i32(&mut self) -> anyhow::Result<i32> {
-        Ok(i32::from_be_bytes(self.take(4)?.try_into()?))
+    fn i16(&mut self) -> Result<i16, GroupWatchError> {
+        Ok(i16::from_be_bytes(self.array()?))
+    }
+    fn i32(&mut self) -> Result<i32, GroupWatchError> {
+        Ok(i32::from_be_bytes(self.array()?))
     }
     /// An array's length (-1, null, is empty).
-    fn count(&mut self) -> anyhow::Result<usize> {
+    fn count(&mut self) -> Result<usize, GroupWatchError> {
         Ok(usize::try_from(self.i32()?).unwrap_or(0))
     }
 }

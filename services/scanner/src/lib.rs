@@ -19,6 +19,7 @@
 
 pub mod cluster_stats;
 pub mod config;
+pub mod error;
 pub mod leases;
 pub mod metrics;
 pub mod planner;
@@ -29,7 +30,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
 use chrono::Utc;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::kafka::ReplaceableProducer;
@@ -45,6 +45,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 pub use config::ScannerConfig;
+pub use error::ScannerError;
 use leases::{LeaseKeeper, Ownership};
 use metrics::Metrics;
 use planner::Planner;
@@ -63,17 +64,19 @@ pub struct App {
 impl App {
     /// Connects, waits for the schema, makes sure the tasks topic exists, binds the ops
     /// endpoint.
-    pub async fn build(config: ScannerConfig) -> anyhow::Result<Self> {
-        config.check().map_err(anyhow::Error::msg)?;
-        let pool = db::connect_lazy_bounded(&config.database, config.bucket_lease())?;
+    pub async fn build(config: ScannerConfig) -> Result<Self, ScannerError> {
+        config.check().map_err(ScannerError::Config)?;
+        let pool = db::connect_lazy_bounded(&config.database, config.bucket_lease()).map_err(ScannerError::Database)?;
         // Migrated by the admin or `punctual migrate`: this service needs no DDL rights.
-        db::wait_for_schema(&pool).await.map_err(|state| anyhow::anyhow!("{state}"))?;
+        db::wait_for_schema(&pool).await.map_err(ScannerError::Schema)?;
         let partitions = kafka::ensure_tasks_topic(&config.kafka)
             .await
-            .with_context(|| format!("preparing topic {}", config.kafka.tasks_topic))?;
+            .map_err(|error| ScannerError::Topic { topic: config.kafka.tasks_topic.clone(), error })?;
         let kafka_config = config.kafka.clone();
-        let producer = ReplaceableProducer::new(move || publisher::producer(&kafka_config))?;
-        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        let producer =
+            ReplaceableProducer::new(move || publisher::producer(&kafka_config)).map_err(ScannerError::Producer)?;
+        let (listener, addr) =
+            ops::bind(config.addr).await.map_err(|error| ScannerError::Bind { addr: config.addr, error })?;
         let owner = config.scanner_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         let metrics = Metrics::new();
@@ -91,7 +94,7 @@ impl App {
 
     /// Runs until `token` is cancelled. On the way out, tasks still held are left claimed:
     /// their leases expire and another scanner (or this one, restarted) claims them again.
-    pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(self, token: CancellationToken) -> Result<(), ScannerError> {
         let tasks = Supervisor::new(token.clone());
         let wake = Arc::new(Notify::new());
         let topic_missing = Arc::new(AtomicBool::new(false));
@@ -167,8 +170,8 @@ impl App {
         let served =
             ops::serve(self.listener, ops::router(self.metrics.registry.clone(), readiness), token.clone()).await;
         token.cancel();
-        tasks.wait().await?;
-        served.context("serving ops endpoints")
+        tasks.wait().await.map_err(ScannerError::TaskPanicked)?;
+        served.map_err(ScannerError::Ops)
     }
 }
 

@@ -1,0 +1,189 @@
+//! The caller: the HTTP clients (one for all, one per namespace with its own allow-list), the
+//! parsed URLs and the targets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Uri;
+use hyper_tls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus::IntGauge;
+use punctual_shared::paused_target::target_of;
+use punctual_shared::target_guard::TargetGuard;
+use url::Url;
+
+use super::target::{CallLimits, Target, Turn};
+use crate::failing_targets::FailingTargets;
+use crate::guarded_resolver::GuardedResolver;
+use crate::namespaces::Namespaces;
+use crate::signing_keys::SigningKeys;
+use crate::turns::HeldBack;
+
+/// Makes the callbacks: one HTTP client for all, and a limit of calls at once to each
+/// target (scheme, host and port), between [`CallLimits`]' `min` and `max` (see [`Target`]),
+/// the others waiting their turn.
+///
+/// Without a limit, an executor catching up on a backlog had a call in flight for almost
+/// every task it held (up to `PUNCTUAL_MAX_IN_FLIGHT`, thousands), each on a connection of
+/// its own, kept open afterwards by the pool: at 15,000 fires/s offered, its memory grew
+/// from 178 to 300 MB within a minute (peak 361 MB), against 86 to 142 MB (peak 169 MB) with
+/// 512 (docs/BENCHMARKS.md, item 12). A target sees at most `max` connections from an
+/// executor, as from a connection-limited proxy (Envoy's default limit is 1,024).
+pub struct Caller {
+    pub(super) client: HttpClient,
+    pub(super) limits: CallLimits,
+    /// Which addresses calls may reach (`PUNCTUAL_CALLBACK_ALLOW`).
+    pub(super) guard: Arc<TargetGuard>,
+    /// The clients of the namespaces whose policy opens more (`callback_allow`), each with
+    /// the guard it was made with: a connection made for one namespace's private target is
+    /// never reused for another's.
+    pub(super) namespace_clients: Mutex<HashMap<String, NamespaceClient>>,
+    /// One entry per target called since the start; a few hundred bytes each.
+    pub(super) targets: Mutex<HashMap<String, Arc<Target>>>,
+    /// URLs called lately, parsed, with their target's turns: parsing every call's URL
+    /// (IDNA included) was a twentieth of the executor's own CPU at 15,000 calls/s
+    /// (docs/BENCHMARKS.md, item 15). Emptied when it reaches [`MAX_PARSED_URLS`], so
+    /// timers with a URL each cost a parse per call, as before, and no unbounded memory.
+    pub(super) parsed: Mutex<HashMap<Box<str>, ParsedUrl>>,
+    /// Calls waiting for a turn (`punctual_callbacks_waiting`).
+    pub(super) waiting: IntGauge,
+    /// Each namespace's secrets, which sign its calls.
+    pub(super) signing: Arc<SigningKeys>,
+    /// Each namespace's limits, and the turns of its calls.
+    pub(super) namespaces: Arc<Namespaces>,
+    /// Targets paused for a namespace, and the failures that pause them (none without).
+    pub(super) failing: Option<Arc<FailingTargets>>,
+}
+
+/// hyper's HTTP/1.1 client, with TLS for `https` targets.
+///
+/// Not reqwest, which wraps this same client: reqwest 0.12 (and 0.13) formats every
+/// response's request URI as a string and parses it again as a `Url` (IDNA included), for
+/// a redirect it may have followed; that was 5 % of the executor's CPU at 20,000 calls/s
+/// (`perf record --call-graph dwarf`, docs/BENCHMARKS.md item 18). Callbacks follow no
+/// redirects, so nothing is lost by calling hyper directly.
+pub(super) type HttpClient =
+    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>;
+
+/// The HTTP client of calls that `guard` admits, keeping up to `max_idle` idle
+/// connections per target.
+fn http_client(guard: Arc<TargetGuard>, max_idle: usize) -> Result<HttpClient, native_tls::Error> {
+    let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard));
+    // `https` URLs go through the TLS connector, which hands them to this one.
+    http.enforce_http(false);
+    // A callback is one small request: waiting to fill a segment only delays it.
+    http.set_nodelay(true);
+    let tls = native_tls::TlsConnector::new()?;
+    let connector = HttpsConnector::from((http, tokio_native_tls::TlsConnector::from(tls)));
+    Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(max_idle)
+        .build(connector))
+}
+
+/// A namespace's own client: the allow-list it was made for, the guard (the service's and
+/// that list) and the client.
+type NamespaceClient = (TargetGuard, Arc<TargetGuard>, HttpClient);
+
+/// A URL checked and parsed for the client, and its target.
+type ParsedUrl = (Uri, Arc<Target>);
+
+/// Most URLs kept parsed (a few hundred bytes each).
+const MAX_PARSED_URLS: usize = 10_000;
+
+impl Caller {
+    /// The client keeps as many idle connections per target as there can be calls at once:
+    /// with fewer, every burst above the pool's size opens connections that are closed again
+    /// right after, and connect/close becomes the executor's main cost (measured: a third of
+    /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
+    pub fn new(limits: CallLimits, waiting: IntGauge, guard: TargetGuard) -> Result<Self, native_tls::Error> {
+        let guard = Arc::new(guard);
+        let client = http_client(guard.clone(), limits.max)?;
+        Ok(Self {
+            client,
+            limits,
+            guard,
+            namespace_clients: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::new()),
+            parsed: Mutex::new(HashMap::new()),
+            waiting,
+            signing: Arc::default(),
+            namespaces: Arc::default(),
+            failing: None,
+        })
+    }
+
+    /// Signs the calls of each namespace with its secrets (none without this).
+    pub fn with_signing(mut self, signing: Arc<SigningKeys>) -> Self {
+        self.signing = signing;
+        self
+    }
+
+    /// Limits the calls of each namespace by its policy (the defaults without this).
+    pub fn with_namespaces(mut self, namespaces: Arc<Namespaces>) -> Self {
+        self.namespaces = namespaces;
+        self
+    }
+
+    /// Pauses the targets that fail everything for a namespace (never without this).
+    pub fn with_failing_targets(mut self, failing: Arc<FailingTargets>) -> Self {
+        self.failing = Some(failing);
+        self
+    }
+
+    /// The guard and the client of `namespace`'s calls: the service's, or the namespace's
+    /// own when its policy opens more.
+    pub(super) fn client_for(&self, namespace: &str) -> Result<(Arc<TargetGuard>, HttpClient), String> {
+        let extra = self.namespaces.callback_allow(namespace);
+        if extra.is_empty() {
+            return Ok((self.guard.clone(), self.client.clone()));
+        }
+        let mut clients = self.namespace_clients.lock().expect("namespace clients lock");
+        if let Some((made_for, guard, client)) = clients.get(namespace) {
+            if *made_for == extra {
+                return Ok((guard.clone(), client.clone()));
+            }
+        }
+        let guard = Arc::new(self.guard.with(&extra));
+        let client = http_client(guard.clone(), self.limits.max).map_err(|e| format!("TLS: {e}"))?;
+        clients.insert(namespace.to_owned(), (extra, guard.clone(), client.clone()));
+        Ok((guard, client))
+    }
+
+    /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
+    /// (scheme, host and port).
+    pub(super) fn parse(&self, raw: &str) -> Result<ParsedUrl, String> {
+        if let Some((uri, calls)) = self.parsed.lock().expect("parsed lock").get(raw) {
+            return Ok((uri.clone(), calls.clone()));
+        }
+        let url = Url::parse(raw).map_err(|e| e.to_string())?;
+        if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+            return Err(format!("not an http or https URL: {raw:?}"));
+        }
+        // The `url` crate's form (host in ASCII, path percent-encoded) is one `Uri` accepts.
+        let uri: Uri = url.as_str().parse().map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
+        let target = target_of(url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
+        let calls = {
+            let mut targets = self.targets.lock().expect("targets lock");
+            let limits = self.limits;
+            targets.entry(target).or_insert_with_key(|key| Arc::new(Target::new(key, limits))).clone()
+        };
+        let mut parsed = self.parsed.lock().expect("parsed lock");
+        if parsed.len() >= MAX_PARSED_URLS {
+            parsed.clear();
+        }
+        parsed.insert(raw.into(), (uri.clone(), calls.clone()));
+        Ok((uri, calls))
+    }
+
+    /// A turn to call `target`, or held back (see [`Turns::take`]).
+    pub(super) async fn turn(&self, target: Arc<Target>) -> Result<Turn, HeldBack> {
+        let permit = target.turns.take(self.limits.turn_wait, &self.waiting).await?;
+        Ok(Turn { permit, target })
+    }
+}
