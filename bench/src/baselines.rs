@@ -143,8 +143,7 @@ pub async fn retention(server: &str, rows: i64) -> anyhow::Result<RetentionCost>
     let (mut after, mut deleted) = (0, 0);
     loop {
         let batch =
-            punctual_shared::retention::prune_batch(&pool, &held, 0, after, 5_000, Duration::from_secs(7 * 86_400))
-                .await?;
+            punctual_shared::task::prune_batch(&pool, &held, 0, after, 5_000, Duration::from_secs(7 * 86_400)).await?;
         deleted += batch.deleted;
         match batch.last_id {
             Some(last) if !batch.reached_young => after = last,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
+use punctual_shared::task;
 use punctual_testkit::stack::{metric_value, TASKS_PARTITIONS};
 use punctual_testkit::Stack;
 use serde::Serialize;
@@ -27,24 +28,32 @@ const STALL_S: i64 = 45;
 /// occurrences are still booked to run.
 const MAX_DRAIN_S: i64 = 600;
 
-/// Tasks still to run: pending (a later turn, a retry) or claimed or running.
+/// Tasks still to run: pending (a later turn, a retry) or claimed or running. A failed read
+/// is said, and counts as none.
 async fn waiting_tasks(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status IN ('pending', 'claimed', 'running')")
-        .fetch_one(pool)
-        .await
-        .unwrap_or(0)
+    match task::stats::unfinished(pool).await {
+        Ok(n) => n,
+        Err(e) => {
+            println!("  reading the tasks still to run failed: {e}");
+            0
+        }
+    }
 }
 
 /// The tasks that did not succeed, by status and error: what a loss left behind.
 async fn task_states(pool: &sqlx::PgPool) -> String {
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+    let rows: Result<Vec<(String, String, i64)>, _> = sqlx::query_as(
         "SELECT status::text, left(coalesce(error, ''), 80), count(*) FROM tasks
           WHERE status <> 'succeeded' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 10",
     )
     .fetch_all(pool)
-    .await
-    .unwrap_or_default();
-    rows.iter().map(|(status, error, n)| format!("{n} × {status} {error}")).collect::<Vec<_>>().join("; ")
+    .await;
+    match rows {
+        Ok(rows) => {
+            rows.iter().map(|(status, error, n)| format!("{n} × {status} {error}")).collect::<Vec<_>>().join("; ")
+        }
+        Err(e) => format!("could not be read: {e}"),
+    }
 }
 
 /// What a steady load delivered.

@@ -127,6 +127,17 @@ pub async fn store(
     .await
 }
 
+/// Revokes a key (it stays, revoked, for the record; revoking it again keeps the first
+/// time); false if there is no such key.
+pub async fn revoke(db: &sqlx::PgPool, id: uuid::Uuid) -> Result<bool, sqlx::Error> {
+    let found = sqlx::query("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?
+        .rows_affected();
+    Ok(found > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::sealed::{is_sealed, OpenError, Purpose, SecretKeys};
+use crate::{signing_secrets, timer_store};
 
 /// Rows sealed per transaction.
 const BATCH: i64 = 500;
@@ -52,13 +53,9 @@ pub async fn seal_stored(
             error,
         })?;
         let sealed = keys.seal(&opened, Purpose::SigningSecret);
-        let changed = sqlx::query("UPDATE signing_secrets SET secret = $3 WHERE id = $1 AND secret = $2")
-            .bind(id)
-            .bind(&secret)
-            .bind(&sealed)
-            .execute(pool)
-            .await?;
-        done.signing_secrets += changed.rows_affected();
+        if signing_secrets::reseal(pool, id, &secret, &sealed).await? {
+            done.signing_secrets += 1;
+        }
     }
     let mut after = Uuid::nil();
     loop {
@@ -82,19 +79,14 @@ pub async fn seal_stored(
             if http_new.is_none() && kafka_new.is_none() {
                 continue;
             }
-            // Unless the timer changed meanwhile: its new values are sealed by their writer.
-            let changed = sqlx::query(
-                "UPDATE timers SET http_headers = $3, kafka_headers = $4
-                  WHERE id = $1 AND http_headers = $2 AND kafka_headers = $5",
-            )
-            .bind(id)
-            .bind(http)
-            .bind(http_new.as_ref().unwrap_or(http))
-            .bind(kafka_new.as_ref().unwrap_or(kafka))
-            .bind(kafka)
-            .execute(&mut *tx)
-            .await?;
-            done.timers += changed.rows_affected();
+            let resealed = timer_store::Resealed {
+                id: *id,
+                http_headers: (http, http_new.as_ref().unwrap_or(http)),
+                kafka_headers: (kafka, kafka_new.as_ref().unwrap_or(kafka)),
+            };
+            if timer_store::reseal_headers(&mut tx, &resealed).await? {
+                done.timers += 1;
+            }
         }
         tx.commit().await?;
     }

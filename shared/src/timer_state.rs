@@ -34,3 +34,14 @@ pub enum PlanStatus {
     Done,
     Invalid,
 }
+
+impl PlanStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanStatus::New => "new",
+            PlanStatus::Planned => "planned",
+            PlanStatus::Done => "done",
+            PlanStatus::Invalid => "invalid",
+        }
+    }
+}

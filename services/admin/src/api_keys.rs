@@ -164,12 +164,7 @@ async fn revoke_key(
     let Ok(key_id) = Uuid::parse_str(&id) else {
         return Err(unknown());
     };
-    let found = sqlx::query("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
-        .bind(key_id)
-        .execute(&state.pool)
-        .await?
-        .rows_affected();
-    if found == 0 {
+    if !punctual_shared::api_key::revoke(&state.pool, key_id).await? {
         return Err(unknown());
     }
     tracing::info!(key_id = %key_id, by = ?caller.key_id, "API key revoked");

@@ -20,8 +20,8 @@ use crate::error::ApiError;
 use crate::openapi::Errors;
 use crate::request::parse_json;
 use crate::state::AppState;
-use crate::timer_store;
 use punctual_shared::api_key::Role;
+use punctual_shared::timer_store;
 
 /// Most timers one call changes.
 pub const MAX_PER_CALL: i64 = 10_000;

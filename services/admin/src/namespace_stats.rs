@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use axum::extract::{Path, State};
 use axum::Json;
 use chrono::{DateTime, Duration, Utc};
+use punctual_shared::task::{self, TaskStatus};
 use punctual_shared::timer::check_namespace;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -70,27 +71,17 @@ async fn namespace_stats(
     .fetch_all(&state.pool)
     .await?;
     timers.extend(counted);
-    // Through the namespace's timers and each one's (timer_id, scheduled_at) index: the
-    // cost grows with the namespace, never with the whole history.
-    let by_status: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT CASE WHEN t.status IN ('pending', 'claimed') THEN 'waiting' ELSE t.status END,
-                count(*),
-                sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END)::bigint
-           FROM timers tm
-           JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at <= $3
-          WHERE tm.namespace = $1 AND tm.state <> 'deleted'
-          GROUP BY 1",
-    )
-    .bind(&namespace)
-    .bind(from)
-    .bind(to)
-    .fetch_all(&state.pool)
-    .await?;
+    let by_status = task::stats::by_status(&state.pool, &namespace, from, to).await?;
     let mut occurrences: BTreeMap<String, i64> = OCCURRENCE_STATUSES.iter().map(|s| ((*s).to_owned(), 0)).collect();
     let mut failed_attempts = 0;
-    for (status, count, failed) in by_status {
-        occurrences.insert(status, count);
-        failed_attempts += failed;
+    for count in by_status {
+        // Planned or claimed: waiting, either way, for its due time.
+        let status = match count.status {
+            TaskStatus::Pending | TaskStatus::Claimed => "waiting",
+            other => other.as_str(),
+        };
+        *occurrences.entry(status.to_owned()).or_default() += count.occurrences;
+        failed_attempts += count.failed_attempts;
     }
     Ok(Json(NamespaceStats { namespace, timers, last_hour: LastHour { from, to, occurrences, failed_attempts } }))
 }

@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::sealed::Purpose;
+use punctual_shared::signing_secrets;
 use punctual_shared::timer::FieldError;
 use punctual_shared::webhook_signature::{SigningSecret, SECRET_PREFIX};
 use serde::{Deserialize, Serialize};
@@ -94,20 +95,7 @@ async fn create_signing_secret(
     };
     let encoded = secret.encoded();
     let stored = state.secret_keys.seal(&encoded, Purpose::SigningSecret);
-    // Concurrent creates in one namespace take turns, so the count holds.
-    let mut tx = state.pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('signing_secrets ' || $1))").bind(&ns).execute(&mut *tx).await?;
-    let created: Option<(Uuid, DateTime<Utc>)> = sqlx::query_as(
-        "INSERT INTO signing_secrets (namespace, secret)
-         SELECT $1, $2 WHERE (SELECT count(*) FROM signing_secrets WHERE namespace = $1) < $3
-         RETURNING id, created_at",
-    )
-    .bind(&ns)
-    .bind(&stored)
-    .bind(MAX_SECRETS_PER_NAMESPACE)
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    let created = signing_secrets::insert(&state.pool, &ns, &stored, MAX_SECRETS_PER_NAMESPACE).await?;
     let Some((id, created_at)) = created else {
         return Err(ApiError::Conflict {
             field: None,
@@ -172,13 +160,7 @@ async fn delete_signing_secret(
     let Ok(secret_id) = Uuid::parse_str(&id) else {
         return Err(unknown());
     };
-    let deleted = sqlx::query("DELETE FROM signing_secrets WHERE namespace = $1 AND id = $2")
-        .bind(&ns)
-        .bind(secret_id)
-        .execute(&state.pool)
-        .await?
-        .rows_affected();
-    if deleted == 0 {
+    if !signing_secrets::delete(&state.pool, &ns, secret_id).await? {
         return Err(unknown());
     }
     Ok(StatusCode::NO_CONTENT)

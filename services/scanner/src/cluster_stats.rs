@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use punctual_shared::periodic::Ticks;
+use punctual_shared::task;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -21,34 +22,35 @@ const READER_BUCKET: i16 = 0;
 /// Counting stops here, so that a huge backlog costs a bounded read.
 const BACKLOG_COUNT_LIMIT: i64 = 1_000_000;
 
-/// One reading. Each figure comes from an index: pending tasks by due time, planned timers
-/// by next plan time, and the 1,024 bucket rows.
-#[derive(Debug, sqlx::FromRow)]
+/// One reading. Each figure comes from an index: pending tasks by due time
+/// ([`task::stats::backlog`]), planned timers by next plan time, and the 1,024 bucket rows.
+#[derive(Debug)]
 struct Figures {
-    due_backlog: i64,
-    due_oldest_seconds: Option<f64>,
+    backlog: task::stats::Backlog,
+    others: Others,
+}
+
+/// The figures of the timers, buckets and scanners.
+#[derive(Debug, sqlx::FromRow)]
+struct Others {
     planner_lead_seconds: Option<f64>,
     buckets_unowned: i64,
     scanners_live: i64,
 }
 
 async fn read(pool: &PgPool) -> Result<Figures, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks
-                                        WHERE status = 'pending' AND due_at <= now() - interval '1 second'
-                                        LIMIT $1) due) AS due_backlog,
-                (SELECT extract(epoch FROM now() - min(due_at))::float8 FROM tasks
-                  WHERE status = 'pending' AND due_at <= now() - interval '1 second') AS due_oldest_seconds,
-                (SELECT extract(epoch FROM min(next_plan_at) - now())::float8 FROM timers
+    let backlog = task::stats::backlog(pool, BACKLOG_COUNT_LIMIT).await?;
+    let others = sqlx::query_as(
+        "SELECT (SELECT extract(epoch FROM min(next_plan_at) - now())::float8 FROM timers
                   WHERE plan_status = 'planned' AND state = 'active') AS planner_lead_seconds,
                 (SELECT count(*) FROM buckets b
                   WHERE NOT EXISTS (SELECT 1 FROM scanners s WHERE s.id = b.owner AND s.lease_until > now()))
                   AS buckets_unowned,
                 (SELECT count(*) FROM scanners WHERE lease_until > now()) AS scanners_live",
     )
-    .bind(BACKLOG_COUNT_LIMIT)
     .fetch_one(pool)
-    .await
+    .await?;
+    Ok(Figures { backlog, others })
 }
 
 pub async fn run(pool: PgPool, ownership: Arc<Ownership>, gauges: ClusterGauges, token: CancellationToken) {
@@ -72,11 +74,11 @@ pub async fn run(pool: PgPool, ownership: Arc<Ownership>, gauges: ClusterGauges,
 }
 
 fn set(gauges: &ClusterGauges, figures: Option<&Figures>) {
-    gauges.due_backlog.set(figures.map_or(0, |f| f.due_backlog));
-    gauges.due_oldest_seconds.set(figures.and_then(|f| f.due_oldest_seconds).unwrap_or(0.0));
-    gauges.planner_lead_seconds.set(figures.and_then(|f| f.planner_lead_seconds).unwrap_or(0.0));
-    gauges.buckets_unowned.set(figures.map_or(0, |f| f.buckets_unowned));
-    gauges.scanners_live.set(figures.map_or(0, |f| f.scanners_live));
+    gauges.due_backlog.set(figures.map_or(0, |f| f.backlog.due));
+    gauges.due_oldest_seconds.set(figures.and_then(|f| f.backlog.oldest_seconds).unwrap_or(0.0));
+    gauges.planner_lead_seconds.set(figures.and_then(|f| f.others.planner_lead_seconds).unwrap_or(0.0));
+    gauges.buckets_unowned.set(figures.map_or(0, |f| f.others.buckets_unowned));
+    gauges.scanners_live.set(figures.map_or(0, |f| f.others.scanners_live));
     if figures.is_none() {
         gauges.read_at.set(0.0);
     }

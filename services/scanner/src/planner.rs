@@ -23,7 +23,8 @@ use punctual_shared::policy::MisfirePolicy;
 use punctual_shared::schedule::{Schedule, ScheduleKind};
 use punctual_shared::task::{self, ClaimedTask, Misfired, PlanClaim, PlannedTask};
 use punctual_shared::timer::TimerRow;
-use punctual_shared::timer_state::TimerState;
+use punctual_shared::timer_state::{PlanStatus, TimerState};
+use punctual_shared::timer_store::{self, PlanWrite};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -57,7 +58,7 @@ impl PassReport {
             MisfirePolicy::FireOnce => self.misfired.fire_once += update.misfired,
             MisfirePolicy::FireAll => self.misfired.fire_all += update.misfired,
         }
-        if update.plan_status == "invalid" {
+        if update.plan_status == PlanStatus::Invalid {
             self.invalid += 1;
             tracing::warn!(timer_id = %row.id, reason = update.invalid_reason.as_deref(), "timer marked invalid");
         }
@@ -67,7 +68,7 @@ impl PassReport {
 /// The new plan state of a timer.
 struct PlanUpdate {
     id: Uuid,
-    plan_status: &'static str,
+    plan_status: PlanStatus,
     next_plan_at: Option<DateTime<Utc>>,
     invalid_reason: Option<String>,
     /// Occurrences missed (later than the misfire threshold when planned) that its
@@ -92,25 +93,7 @@ impl Planner {
         }
         let owned = owned_join("ob", "punctual_bucket(timers.id)");
         let mut tx = db.begin().await?;
-        // Rows stored before the schema bounded their values (the check exempts invalid
-        // rows only): marked invalid unread, since a far instant cannot even be decoded.
-        let out_of_range = sqlx::query(&format!(
-            "WITH {MEMBER}
-             UPDATE timers t SET plan_status = 'invalid', next_plan_at = NULL, invalid_reason = o.reason
-               FROM (SELECT timers.id,
-                            punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
-                                                        delay_ms, interval_ms, catchup_window_ms) AS reason
-                       FROM timers {owned}
-                      WHERE plan_status = 'new'
-                      ORDER BY created_at LIMIT $3 FOR UPDATE OF timers SKIP LOCKED) o
-              WHERE t.id = o.id AND o.reason IS NOT NULL"
-        ))
-        .bind(&held.owner)
-        .bind(held.epochs_by_bucket())
-        .bind(PASS_SIZE)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let out_of_range = timer_store::mark_out_of_range(&mut tx, held, PASS_SIZE).await?;
         if out_of_range > 0 {
             tracing::warn!(count = out_of_range, "timers with values out of range marked invalid");
         }
@@ -218,7 +201,7 @@ impl Planner {
             }
             Some(at) => PlanUpdate {
                 id: row.id,
-                plan_status: "planned",
+                plan_status: PlanStatus::Planned,
                 next_plan_at: Some(at),
                 invalid_reason: None,
                 misfired: 0,
@@ -229,7 +212,7 @@ impl Planner {
                     Err(e) => PlanUpdate::invalid(row.id, format!("cron_expr: {e}")),
                     Ok(()) => PlanUpdate {
                         id: row.id,
-                        plan_status: "done",
+                        plan_status: PlanStatus::Done,
                         next_plan_at: None,
                         invalid_reason: None,
                         misfired: 0,
@@ -237,7 +220,7 @@ impl Planner {
                 },
                 _ => PlanUpdate {
                     id: row.id,
-                    plan_status: "done",
+                    plan_status: PlanStatus::Done,
                     next_plan_at: None,
                     invalid_reason: None,
                     misfired: 0,
@@ -305,19 +288,31 @@ impl Planner {
         match next {
             Some(at) => PlanUpdate {
                 id: row.id,
-                plan_status: "planned",
+                plan_status: PlanStatus::Planned,
                 next_plan_at: Some(at),
                 invalid_reason: None,
                 misfired,
             },
-            None => PlanUpdate { id: row.id, plan_status: "done", next_plan_at: None, invalid_reason: None, misfired },
+            None => PlanUpdate {
+                id: row.id,
+                plan_status: PlanStatus::Done,
+                next_plan_at: None,
+                invalid_reason: None,
+                misfired,
+            },
         }
     }
 }
 
 impl PlanUpdate {
     fn invalid(id: Uuid, reason: String) -> Self {
-        PlanUpdate { id, plan_status: "invalid", next_plan_at: None, invalid_reason: Some(reason), misfired: 0 }
+        PlanUpdate {
+            id,
+            plan_status: PlanStatus::Invalid,
+            next_plan_at: None,
+            invalid_reason: Some(reason),
+            misfired: 0,
+        }
     }
 }
 
@@ -363,23 +358,14 @@ async fn write_tasks(
 }
 
 async fn write_updates(tx: &mut sqlx::PgConnection, updates: &[PlanUpdate]) -> Result<(), sqlx::Error> {
-    if updates.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<Uuid> = updates.iter().map(|u| u.id).collect();
-    let statuses: Vec<&str> = updates.iter().map(|u| u.plan_status).collect();
-    let nexts: Vec<Option<DateTime<Utc>>> = updates.iter().map(|u| u.next_plan_at).collect();
-    let reasons: Vec<Option<&str>> = updates.iter().map(|u| u.invalid_reason.as_deref()).collect();
-    sqlx::query(
-        "UPDATE timers t SET plan_status = u.plan_status, next_plan_at = u.next_plan_at, invalid_reason = u.reason
-           FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) AS u(id, plan_status, next_plan_at, reason)
-          WHERE t.id = u.id",
-    )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&nexts)
-    .bind(&reasons)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    let writes: Vec<PlanWrite> = updates
+        .iter()
+        .map(|u| PlanWrite {
+            id: u.id,
+            plan_status: u.plan_status,
+            next_plan_at: u.next_plan_at,
+            invalid_reason: u.invalid_reason.as_deref(),
+        })
+        .collect();
+    timer_store::write_plans(tx, &writes).await
 }

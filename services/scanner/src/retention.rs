@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use punctual_shared::retention;
+use punctual_shared::task;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +58,7 @@ impl Retention {
             if !held.holds(RUNNER_BUCKET) {
                 return Ok(deleted);
             }
-            let batch = retention::prune_batch(&self.pool, &held, RUNNER_BUCKET, after, BATCH, self.keep).await?;
+            let batch = task::prune_batch(&self.pool, &held, RUNNER_BUCKET, after, BATCH, self.keep).await?;
             drop(writing);
             deleted += batch.deleted as u64;
             self.metrics.pruned.inc_by(batch.deleted as u64);

@@ -77,7 +77,9 @@ mod message;
 mod misfire;
 mod operator;
 mod plan;
+mod prune;
 mod start;
+pub mod stats;
 
 pub use action::*;
 pub use claim::*;
@@ -86,4 +88,5 @@ pub use message::*;
 pub use misfire::*;
 pub use operator::*;
 pub use plan::*;
+pub use prune::*;
 pub use start::*;

@@ -1,4 +1,4 @@
-//! Retention: finished occurrences older than the retention period are deleted, in short
+//! Pruning (retention): finished occurrences older than the retention period are deleted, in short
 //! batches walked along the primary key, so no statement holds locks for long and none
 //! needs an index of its own (an index on `finished_at` would cost an entry on every fire).
 //!
@@ -16,7 +16,7 @@ use crate::bucket::{owned_join, Held, MEMBER};
 
 /// What one batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
-pub struct Batch {
+pub struct PrunedBatch {
     /// The largest id looked at (the next batch starts after it); None when there was
     /// nothing left to look at.
     pub last_id: Option<i64>,
@@ -27,7 +27,9 @@ pub struct Batch {
 
 /// Deletes, among the `limit` tasks after id `after`, those finished (succeeded, dead or
 /// cancelled) more than `older_than` ago, with their attempts. One-shot timers first
-/// record the occurrence in `pruned_through` ([`crate::timer::TimerRow::pruned_through`]).
+/// record the occurrence in `pruned_through` ([`crate::timer::TimerRow::pruned_through`]),
+/// in the same statement, so that no crash can fall between the two: the one write of
+/// `timers` outside `timer_store`.
 /// Conditional, in the same statement, on `held` holding `runner_bucket` (the lease that
 /// makes one scanner at a time the one that prunes).
 pub async fn prune_batch(
@@ -37,7 +39,7 @@ pub async fn prune_batch(
     after: i64,
     limit: i64,
     older_than: Duration,
-) -> Result<Batch, sqlx::Error> {
+) -> Result<PrunedBatch, sqlx::Error> {
     sqlx::query_as(&format!(
         "WITH {MEMBER}, runner AS (
             SELECT 1 FROM (SELECT $6::smallint AS bucket) r {}

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{SubsecRound, Utc};
 use punctual_scanner::planner::Planner;
 use punctual_shared::bucket::Held;
-use punctual_shared::retention;
+use punctual_shared::task;
 use punctual_testkit::TestDb;
 use uuid::Uuid;
 
@@ -27,7 +27,7 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
 async fn prune(db: &TestDb, held: &Held, limit: i64) -> i64 {
     let (mut after, mut deleted) = (0, 0);
     loop {
-        let batch = retention::prune_batch(&db.pool, held, 0, after, limit, WEEK).await.unwrap();
+        let batch = task::prune_batch(&db.pool, held, 0, after, limit, WEEK).await.unwrap();
         deleted += batch.deleted;
         match batch.last_id {
             Some(last) if !batch.reached_young => after = last,
