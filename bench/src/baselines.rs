@@ -300,9 +300,9 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         topic_replication: 1,
         kafka_options: Default::default(),
     };
-    punctual_shared::kafka::ensure_topic(&cfg, &topic, partitions).await?;
+    punctual_runtime::kafka::ensure_topic(&cfg, &topic, partitions).await?;
     let producer = punctual_scanner::publisher::producer(&cfg)?;
-    let consumer: StreamConsumer = punctual_shared::kafka::client_config(
+    let consumer: StreamConsumer = punctual_runtime::kafka::client_config(
         &cfg,
         &[
             ("group.id", &format!("bench-{}", uuid::Uuid::new_v4().simple())),

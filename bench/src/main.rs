@@ -227,7 +227,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let telemetry = punctual_shared::telemetry::init("punctual-bench")?;
+    let telemetry = punctual_runtime::telemetry::init("punctual-bench")?;
     let result = match Cli::parse().command {
         Command::Run { smoke, out, rates, refine, servers } => run(smoke, &out, rates, refine, servers).await,
         Command::Sustained { rate, load, servers } => {

@@ -255,5 +255,5 @@ pub async fn create_topic(topic: &str, partitions: i32) {
         topic_replication: 1,
         kafka_options: Default::default(),
     };
-    punctual_shared::kafka::ensure_topic(&cfg, topic, partitions).await.expect("create topic");
+    punctual_runtime::kafka::ensure_topic(&cfg, topic, partitions).await.expect("create topic");
 }

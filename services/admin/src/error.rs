@@ -4,7 +4,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-pub use punctual_shared::problem::Problem;
+pub use punctual_runtime::problem::Problem;
 use punctual_shared::timer::FieldError;
 
 #[derive(Debug, thiserror::Error)]

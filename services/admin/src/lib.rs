@@ -33,9 +33,10 @@ pub mod timers;
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use punctual_shared::readiness::Readiness;
+use punctual_runtime::ops;
+use punctual_runtime::readiness::Readiness;
+use punctual_shared::db;
 use punctual_shared::sealed_store::{self, Resealed};
-use punctual_shared::{db, ops};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +77,7 @@ impl App {
             );
         }
         let metrics = metrics::Metrics::new(config.metrics_namespace_label);
-        punctual_shared::service_metrics::register(&metrics.registry, "admin", &pool);
+        punctual_runtime::service_metrics::register(&metrics.registry, "admin", &pool);
         let readiness = Readiness::default().postgres(&pool);
         let guard = std::sync::Arc::new(config.callback_allow.clone());
         let state = state::AppState {

@@ -12,11 +12,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let telemetry = punctual_shared::telemetry::init("punctual-admin")?;
+    let telemetry = punctual_runtime::telemetry::init("punctual-admin")?;
     let config = AdminConfig::parse();
     let app = App::build(config).await?;
     let token = CancellationToken::new();
-    tokio::spawn(punctual_shared::ops::cancel_on_signal(token.clone()));
+    tokio::spawn(punctual_runtime::ops::cancel_on_signal(token.clone()));
     let stopped = app.run_until_stopped(token).await;
     telemetry.shutdown().await;
     stopped

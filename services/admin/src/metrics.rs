@@ -1,7 +1,7 @@
 //! The admin service's metrics, defined in one place.
 
 use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry};
-use punctual_shared::metric_registrar::MetricRegistrar;
+use punctual_runtime::metric_registrar::MetricRegistrar;
 
 #[derive(Clone)]
 pub struct Metrics {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use punctual_shared::periodic::Ticks;
+use punctual_runtime::periodic::Ticks;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

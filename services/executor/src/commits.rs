@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, IntCounterVec};
-use punctual_shared::periodic::Ticks;
+use punctual_runtime::periodic::Ticks;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::RDKafkaErrorCode;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures::{FutureExt, StreamExt};
-use punctual_shared::kafka;
+use punctual_runtime::kafka;
 use punctual_shared::task::{self, DeadLetter, Next, StartRequest, TaskMessage};
 use rdkafka::consumer::Consumer;
 use rdkafka::types::RDKafkaErrorCode;
@@ -214,7 +214,7 @@ pub(crate) async fn consume(
                 scheduled_at = %scheduled_at,
                 attempt,
             );
-            punctual_shared::otlp::set_occurrence_parent(&span, timer_id, scheduled_at);
+            punctual_runtime::otlp::set_occurrence_parent(&span, timer_id, scheduled_at);
             runs.spawn(
                 async move {
                     tokio::select! {

@@ -3,10 +3,10 @@
 
 use std::net::SocketAddr;
 
+use punctual_runtime::kafka::TopicError;
+use punctual_runtime::supervisor::Panicked;
 use punctual_shared::db::SchemaState;
-use punctual_shared::kafka::TopicError;
 use punctual_shared::sealed::InvalidSecretKey;
-use punctual_shared::supervisor::Panicked;
 use rdkafka::error::KafkaError;
 
 use crate::signing_keys::RefreshError;

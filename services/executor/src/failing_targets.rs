@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use punctual_runtime::periodic::Ticks;
 use punctual_shared::paused_target::{self, PausedTarget};
-use punctual_shared::periodic::Ticks;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

@@ -33,10 +33,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use punctual_shared::readiness::Readiness;
-use punctual_shared::supervisor::Supervisor;
+use punctual_runtime::readiness::Readiness;
+use punctual_runtime::supervisor::Supervisor;
+use punctual_runtime::{kafka, ops};
+use punctual_shared::db;
 use punctual_shared::task::{self};
-use punctual_shared::{db, kafka, ops};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -127,7 +128,7 @@ impl App {
         let producer = Producer::new(move || create_producer(&kafka_config)).map_err(ExecutorError::Producer)?;
         let in_flight = Arc::new(InFlight::default());
         let metrics = Metrics::new();
-        punctual_shared::service_metrics::register(&metrics.registry, "executor", &pool);
+        punctual_runtime::service_metrics::register(&metrics.registry, "executor", &pool);
         let commits =
             Arc::new(CommitClock::new(metrics.offset_commit_duration.clone(), metrics.offset_commits.clone()));
         let consumer: TaskConsumer = kafka::client_config(

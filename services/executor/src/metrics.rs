@@ -1,7 +1,7 @@
 //! The executor's metrics, defined in one place.
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
-use punctual_shared::metric_registrar::{with_values, MetricRegistrar};
+use punctual_runtime::metric_registrar::{with_values, MetricRegistrar};
 
 /// Why a task message did not run (`punctual_tasks_skipped_total{reason}`).
 pub const SKIP_REASONS: [&str; 6] =
@@ -40,7 +40,7 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let define = MetricRegistrar(&registry);
-        let lag_buckets = punctual_shared::ops::lag_buckets;
+        let lag_buckets = punctual_runtime::ops::lag_buckets;
         let executed = with_values(
             define.counter_vec("punctual_tasks_executed_total", "Tasks run, by outcome", &["outcome"]),
             &["succeeded", "retry", "dead"],

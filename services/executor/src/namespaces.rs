@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use punctual_runtime::periodic::Ticks;
 use punctual_shared::kafka_topics;
 use punctual_shared::namespace_policy::{self, NamespaceLimits, NamespacePolicy};
-use punctual_shared::periodic::Ticks;
 use punctual_shared::target_guard::TargetGuard;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;

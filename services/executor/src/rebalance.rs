@@ -29,7 +29,7 @@ pub struct ExecutorContext {
 
 impl ClientContext for ExecutorContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        punctual_shared::kafka::count_error(&error);
+        punctual_runtime::kafka::count_error(&error);
         tracing::error!("librdkafka: {error}: {reason}");
     }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use punctual_shared::periodic::Ticks;
+use punctual_runtime::periodic::Ticks;
 use punctual_shared::sealed::{OpenError, Purpose, SecretKeys};
 use punctual_shared::webhook_signature::SigningSecret;
 use sqlx::PgPool;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use punctual_shared::periodic::Ticks;
+use punctual_runtime::periodic::Ticks;
 use punctual_shared::task;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;

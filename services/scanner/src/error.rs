@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
+use punctual_runtime::kafka::TopicError;
+use punctual_runtime::supervisor::Panicked;
 use punctual_shared::db::SchemaState;
-use punctual_shared::kafka::TopicError;
-use punctual_shared::supervisor::Panicked;
 use rdkafka::error::KafkaError;
 
 #[derive(Debug, thiserror::Error)]

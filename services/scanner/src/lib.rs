@@ -31,12 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::Utc;
+use punctual_runtime::kafka::ReplaceableProducer;
+use punctual_runtime::readiness::Readiness;
+use punctual_runtime::supervisor::Supervisor;
+use punctual_runtime::{kafka, ops};
 use punctual_shared::config::KafkaConfig;
-use punctual_shared::kafka::ReplaceableProducer;
-use punctual_shared::readiness::Readiness;
-use punctual_shared::supervisor::Supervisor;
+use punctual_shared::db;
 use punctual_shared::task::{self, ClaimedTask};
-use punctual_shared::{db, kafka, ops};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -80,7 +81,7 @@ impl App {
         let owner = config.scanner_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         let metrics = Metrics::new();
-        punctual_shared::service_metrics::register(&metrics.registry, "scanner", &pool);
+        punctual_runtime::service_metrics::register(&metrics.registry, "scanner", &pool);
         Ok(Self { config, owner, pool, producer, partitions, metrics, listener, addr })
     }
 

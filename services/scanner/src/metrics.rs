@@ -1,7 +1,7 @@
 //! The scanner's metrics, defined in one place.
 
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
-use punctual_shared::metric_registrar::{with_values, MetricRegistrar};
+use punctual_runtime::metric_registrar::{with_values, MetricRegistrar};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -103,12 +103,12 @@ impl Metrics {
         let publish_lag = define.histogram(
             "punctual_publish_lag_seconds",
             "Publish time minus the time to publish (the due time less the publish lead)",
-            punctual_shared::ops::lag_buckets(),
+            punctual_runtime::ops::lag_buckets(),
         );
         let scan_seconds = define.histogram(
             "punctual_scan_duration_seconds",
             "Duration of one scanner pass: plan, sweeps, claim",
-            punctual_shared::ops::lag_buckets(),
+            punctual_runtime::ops::lag_buckets(),
         );
         Self {
             registry,

@@ -335,7 +335,7 @@ fn guarded(
         Ok(update) => update,
         Err(panic) => {
             tasks.truncate(before);
-            let message = punctual_shared::supervisor::panic_message(panic.as_ref());
+            let message = punctual_runtime::supervisor::panic_message(panic.as_ref());
             tracing::error!(timer_id = %row.id, %message, "planning the timer panicked: marked invalid");
             PlanUpdate::invalid(row.id, format!("internal error while planning this timer: {message}"))
         }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
+use punctual_runtime::kafka::{self, Generation, ReplaceableProducer};
+use punctual_runtime::otlp;
 use punctual_shared::config::KafkaConfig;
-use punctual_shared::kafka::{self, Generation, ReplaceableProducer};
-use punctual_shared::otlp;
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryFuture, FutureRecord};

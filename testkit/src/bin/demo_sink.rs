@@ -16,12 +16,12 @@ struct Config {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let telemetry = punctual_shared::telemetry::init("punctual-demo-sink")?;
+    let telemetry = punctual_runtime::telemetry::init("punctual-demo-sink")?;
     let config = Config::parse();
     let sink = punctual_testkit::Sink::start_on(config.addr).await;
     tracing::info!(addr = %sink.addr, "demo sink listening");
     let token = CancellationToken::new();
-    punctual_shared::ops::cancel_on_signal(token.clone()).await;
+    punctual_runtime::ops::cancel_on_signal(token.clone()).await;
     telemetry.shutdown().await;
     Ok(())
 }

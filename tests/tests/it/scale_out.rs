@@ -34,7 +34,7 @@ const LAG_BOUND: Duration = Duration::from_secs(10);
 
 /// A scanner's and an executor's default identity: host name and ops port.
 fn identity(p: &ServiceProcess) -> String {
-    format!("{}:{}", punctual_shared::ops::host_name(), p.port)
+    format!("{}:{}", punctual_runtime::ops::host_name(), p.port)
 }
 
 async fn buckets_of(stack: &Stack, owner: &str) -> i64 {

@@ -361,8 +361,8 @@ async fn a_client_stalled_in_its_head_or_body_is_cut_off() {
         )),
     );
     println!("stalled head cut after {:?}, stalled body after {:?}", head.0, body.0);
-    assert!(head.0 >= punctual_shared::http_server::HEADER_READ_TIMEOUT);
-    assert!(body.0 >= punctual_shared::http_server::REQUEST_TIMEOUT);
+    assert!(head.0 >= punctual_runtime::http_server::HEADER_READ_TIMEOUT);
+    assert!(body.0 >= punctual_runtime::http_server::REQUEST_TIMEOUT);
     assert!(body.1.starts_with("HTTP/1.1 408"), "{}", body.1);
     assert!(body.1.contains("urn:punctual:problem:request-timeout"), "{}", body.1);
 }

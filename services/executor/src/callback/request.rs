@@ -128,7 +128,7 @@ async fn request(
         // The run's exported span when spans are exported (so the target's spans join
         // it), else an id of the attempt's own.
         let span_id =
-            punctual_shared::otlp::current_span_id().unwrap_or_else(punctual_shared::trace_context::new_span_id);
+            punctual_runtime::otlp::current_span_id().unwrap_or_else(punctual_shared::trace_context::new_span_id);
         let traceparent = punctual_shared::trace_context::traceparent(task.timer_id, task.scheduled_at, span_id);
         headers.insert("traceparent", HeaderValue::from_str(&traceparent).expect("hex digits and dashes"));
     }

@@ -124,8 +124,8 @@ impl Readiness {
 
 /// Whether the database's latest applied migration is this build's latest.
 async fn migrations_current(pool: &PgPool) -> Result<(), String> {
-    match crate::db::schema_state(pool).await.map_err(|e| e.to_string())? {
-        crate::db::SchemaState::Current => Ok(()),
+    match punctual_shared::db::schema_state(pool).await.map_err(|e| e.to_string())? {
+        punctual_shared::db::SchemaState::Current => Ok(()),
         other => Err(other.to_string()),
     }
 }

@@ -3,7 +3,7 @@
 //! says) go to a collector such as the OpenTelemetry Collector, Jaeger or Tempo.
 //!
 //! An occurrence is one trace, whose id is derived from its identity
-//! ([`crate::trace_context`]): the scanner's `publish` span and the executor's `run` spans
+//! ([`punctual_shared::trace_context`]): the scanner's `publish` span and the executor's `run` spans
 //! are given that trace and a parent span derived from it too, the occurrence's (not
 //! exported: the trace shows it as its missing root), and a callback's `traceparent` names
 //! the run's span, so the target's own spans join the same trace.
@@ -88,7 +88,7 @@ pub fn set_occurrence_parent(span: &tracing::Span, timer_id: Uuid, scheduled_at:
     if span.is_disabled() {
         return;
     }
-    let trace_id = crate::trace_context::trace_id(timer_id, scheduled_at);
+    let trace_id = punctual_shared::trace_context::trace_id(timer_id, scheduled_at);
     let parent = SpanContext::new(
         TraceId::from(trace_id),
         SpanId::from(occurrence_span_id(trace_id)),

@@ -12,7 +12,7 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::config::KafkaConfig;
+use punctual_shared::config::KafkaConfig;
 
 /// A client's configuration: Punctual's common settings, then the client's own `settings`,
 /// then the operator's librdkafka properties (`PUNCTUAL_KAFKA_OPTIONS`), last so that they

@@ -1,6 +1,6 @@
 //! The tasks topic against a real broker.
 
-use punctual_shared::kafka::{ensure_tasks_topic, ensure_topic, TopicError};
+use punctual_runtime::kafka::{ensure_tasks_topic, ensure_topic, TopicError};
 use punctual_testkit::kafka_config;
 
 #[tokio::test]

@@ -1,0 +1,3 @@
+//! The runtime crate against a real broker: the tasks topic and its partitions.
+
+mod topics;
