@@ -27,8 +27,10 @@ const CALL: Duration = Duration::from_millis(300);
 /// How long before the kill a repeated call's first call may have begun: its length, and
 /// the write-back of its outcome.
 const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
-/// Each takeover must be done within this.
-const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
+/// Each takeover must be done within this: a lease or a session timeout (3 s) and the
+/// rebalance, well short of what a takeover waiting for something else would take (a
+/// 30 s lease, a 45 s session). Beside the whole suite a rebalance has taken 2.5 s.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(10);
 /// The largest lag allowed, first calls only.
 const LAG_BOUND: Duration = Duration::from_secs(10);
 
