@@ -13,6 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use punctual_shared::config::KafkaConfig;
+use punctual_shared::unpoisoned;
 
 /// A client's configuration: Punctual's common settings, then the client's own `settings`,
 /// then the operator's librdkafka properties (`PUNCTUAL_KAFKA_OPTIONS`), last so that they
@@ -113,7 +114,7 @@ impl ReplaceableProducer {
 
     /// The current producer, with its generation to report its failures with.
     pub fn get(&self) -> (Generation, Producer) {
-        self.current.read().expect("producer lock").clone()
+        unpoisoned::read(&self.current).clone()
     }
 
     /// Replaces the producer of `generation` if `e` says it cannot go on and it has not
@@ -131,10 +132,7 @@ impl ReplaceableProducer {
         }
         match (self.create)() {
             Ok(replacement) => {
-                let old = std::mem::replace(
-                    &mut *self.current.write().expect("producer lock"),
-                    (generation + 1, replacement),
-                );
+                let old = std::mem::replace(&mut *unpoisoned::write(&self.current), (generation + 1, replacement));
                 tracing::warn!(error = %e, "the producer failed: replaced it");
                 // Dropping a producer purges, flushes and joins its threads (up to some
                 // hundreds of milliseconds): not on an async worker. Senders may still

@@ -9,6 +9,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
+use punctual_shared::unpoisoned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,7 +37,7 @@ impl Supervisor {
             if let Err(payload) = AssertUnwindSafe(task).catch_unwind().await {
                 let message = panic_message(payload.as_ref());
                 tracing::error!(task = name, %message, "a service task panicked: stopping the service");
-                panicked.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{name}: {message}"));
+                unpoisoned::lock(&panicked).push(format!("{name}: {message}"));
                 token.cancel();
             }
         });
@@ -46,7 +47,7 @@ impl Supervisor {
     pub async fn wait(self) -> Result<(), Panicked> {
         self.tracker.close();
         self.tracker.wait().await;
-        let panicked = self.panicked.lock().unwrap_or_else(|e| e.into_inner());
+        let panicked = unpoisoned::lock(&self.panicked);
         if panicked.is_empty() {
             Ok(())
         } else {

@@ -22,4 +22,5 @@ pub mod timer;
 pub mod timer_state;
 pub mod timer_store;
 pub mod trace_context;
+pub mod unpoisoned;
 pub mod webhook_signature;

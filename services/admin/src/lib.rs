@@ -22,6 +22,7 @@ pub mod request_budget;
 pub mod run_view;
 pub mod secret_headers;
 pub mod signing_secrets;
+pub mod startup_error;
 pub mod state;
 pub mod timer_policy;
 pub mod timer_runs;
@@ -32,7 +33,6 @@ pub mod timers;
 
 use std::net::SocketAddr;
 
-use anyhow::Context;
 use punctual_runtime::ops;
 use punctual_runtime::readiness::Readiness;
 use punctual_shared::db;
@@ -42,6 +42,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use config::AdminConfig;
+pub use startup_error::AdminError;
 
 /// The largest request body accepted (413 beyond).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -56,18 +57,18 @@ pub struct App {
 }
 
 impl App {
-    pub async fn build(config: AdminConfig) -> anyhow::Result<Self> {
-        let secret_keys = std::sync::Arc::new(config.secrets.keys()?);
-        let pool = db::connect_lazy(&config.database)?;
+    pub async fn build(config: AdminConfig) -> Result<Self, AdminError> {
+        let secret_keys = std::sync::Arc::new(config.secrets.keys().map_err(AdminError::SecretKey)?);
+        let pool = db::connect_lazy(&config.database).map_err(AdminError::Database)?;
         if config.migrate {
-            db::migrate(&pool).await.context("running migrations")?;
+            db::migrate(&pool).await.map_err(AdminError::Migrations)?;
         } else {
-            db::wait_for_schema(&pool).await.map_err(|state| anyhow::anyhow!("{state}"))?;
+            db::wait_for_schema(&pool).await.map_err(AdminError::Schema)?;
         }
         let secret_headers = config.secret_headers.clone();
         let sealed = sealed_store::seal_stored(&pool, &secret_keys, &|name| secret_headers.is_secret(name))
             .await
-            .map_err(|e| anyhow::anyhow!("sealing the stored secrets with PUNCTUAL_SECRET_KEY: {e}"))?;
+            .map_err(AdminError::Sealing)?;
         if sealed != Resealed::default() {
             tracing::info!(
                 signing_secrets = sealed.signing_secrets,
@@ -90,7 +91,8 @@ impl App {
             service_topics: [config.tasks_topic.clone(), config.dead_topic.clone()].into(),
             secret_keys: secret_keys.clone(),
         };
-        let authenticator = auth::Authenticator::start(pool.clone(), &config.auth).await.context("API keys")?;
+        let authenticator =
+            auth::Authenticator::start(pool.clone(), &config.auth).await.map_err(AdminError::ApiKeys)?;
         let (api, document) = openapi::routes();
         let api = api.with_state(state).layer(axum::middleware::from_fn_with_state(authenticator, auth::authenticate));
         let router = api
@@ -99,7 +101,8 @@ impl App {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))
             .layer(axum::middleware::from_fn_with_state(metrics.clone(), http_metrics::record));
-        let (listener, addr) = ops::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+        let (listener, addr) =
+            ops::bind(config.addr).await.map_err(|error| AdminError::Bind { addr: config.addr, error })?;
         tracing::info!(%addr, "admin API ready");
         Ok(Self { router, pool, metrics, metrics_by_namespace: config.metrics_namespace_label, listener, addr })
     }
@@ -108,11 +111,11 @@ impl App {
         self.addr
     }
 
-    pub async fn run_until_stopped(self, token: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(self, token: CancellationToken) -> Result<(), AdminError> {
         let stats = tokio::spawn(timer_stats::run(self.pool, self.metrics, self.metrics_by_namespace, token.clone()));
-        let served = ops::serve(self.listener, self.router, token.clone()).await.context("serving the API");
+        let served = ops::serve(self.listener, self.router, token.clone()).await.map_err(AdminError::Serving);
         token.cancel();
-        stats.await.context("counting timers")?;
+        stats.await.map_err(AdminError::TimerStats)?;
         served
     }
 }

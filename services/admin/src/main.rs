@@ -19,5 +19,5 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(punctual_runtime::ops::cancel_on_signal(token.clone()));
     let stopped = app.run_until_stopped(token).await;
     telemetry.shutdown().await;
-    stopped
+    Ok(stopped?)
 }

@@ -14,6 +14,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::TaskConsumer;
+use punctual_shared::unpoisoned;
 
 /// How often stored offsets are committed.
 pub const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
@@ -32,13 +33,13 @@ impl CommitClock {
 
     /// A commit was requested. While one is pending, a second is timed from the first.
     pub fn requested(&self) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Instant::now);
+        unpoisoned::lock(&self.pending).get_or_insert_with(Instant::now);
     }
 
     /// The commit's answer (from the consumer's commit callback, or at once when the
     /// request itself failed).
     pub fn answered(&self, result: &KafkaResult<()>) {
-        let started = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let started = unpoisoned::lock(&self.pending).take();
         match result {
             Ok(()) => {
                 self.results.with_label_values(&["ok"]).inc();

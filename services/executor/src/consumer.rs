@@ -91,7 +91,10 @@ pub(crate) async fn consume(
                 }
             };
             let position = Position { partition: message.partition(), offset: message.offset() };
-            offsets.lock().expect("offsets lock").received(position.partition, position.offset);
+            offsets
+                .lock()
+                .expect("offsets lock poisoned: a tracker left half-changed could commit past unfinished messages")
+                .received(position.partition, position.offset);
             match message.payload().map(serde_json::from_slice::<TaskMessage>) {
                 Some(Ok(task)) if in_flight.contains(task.task_id) => {
                     app.metrics.skipped.with_label_values(&["in_flight"]).inc();
@@ -233,7 +236,10 @@ pub(crate) fn store(app: &App, offsets: &Mutex<OffsetTracker>, position: Positio
 }
 
 pub(crate) fn store_offset(consumer: &TaskConsumer, topic: &str, offsets: &Mutex<OffsetTracker>, position: Position) {
-    let done_through = offsets.lock().expect("offsets lock").completed(position.partition, position.offset);
+    let done_through = offsets
+        .lock()
+        .expect("offsets lock poisoned: a tracker left half-changed could commit past unfinished messages")
+        .completed(position.partition, position.offset);
     if let Some(offset) = done_through {
         store_done_through(consumer, topic, position.partition, offset);
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use punctual_runtime::periodic::Ticks;
 use punctual_shared::paused_target::{self, PausedTarget};
+use punctual_shared::unpoisoned;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -53,7 +54,7 @@ impl FailingTargets {
 
     /// The pause of `target` for `namespace`, if it is paused.
     pub fn paused(&self, namespace: &str, target: &str) -> Option<PausedTarget> {
-        let paused = self.paused.read().unwrap_or_else(|e| e.into_inner());
+        let paused = unpoisoned::read(&self.paused);
         paused.get(namespace).and_then(|targets| targets.get(target)).cloned()
     }
 
@@ -63,7 +64,7 @@ impl FailingTargets {
         if self.rule.after.is_zero() {
             return None;
         }
-        let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut streaks = unpoisoned::lock(&self.streaks);
         let Some(error) = error else {
             if let Some(targets) = streaks.get_mut(namespace) {
                 targets.remove(target);
@@ -123,7 +124,7 @@ impl FailingTargets {
         for ((namespace, target), pause) in paused_target::all(&self.pool).await? {
             by_namespace.entry(namespace).or_default().insert(target, pause);
         }
-        *self.paused.write().unwrap_or_else(|e| e.into_inner()) = by_namespace;
+        *unpoisoned::write(&self.paused) = by_namespace;
         Ok(())
     }
 

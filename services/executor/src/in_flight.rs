@@ -9,6 +9,7 @@
 //!   are written ([`InFlight::wait_until_written`]), so that their new owner finds them
 //!   finished instead of running them again.
 
+use punctual_shared::unpoisoned;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -22,16 +23,16 @@ pub struct InFlight {
 
 impl InFlight {
     pub fn contains(&self, task_id: i64) -> bool {
-        self.tasks.lock().expect("in-flight lock").contains_key(&task_id)
+        unpoisoned::lock(&self.tasks).contains_key(&task_id)
     }
 
     pub fn insert(&self, task_id: i64, partition: i32) {
-        self.tasks.lock().expect("in-flight lock").insert(task_id, partition);
+        unpoisoned::lock(&self.tasks).insert(task_id, partition);
     }
 
     /// The outcomes of `task_ids` are written.
     pub fn remove_all(&self, task_ids: impl IntoIterator<Item = i64>) {
-        let mut tasks = self.tasks.lock().expect("in-flight lock");
+        let mut tasks = unpoisoned::lock(&self.tasks);
         for id in task_ids {
             tasks.remove(&id);
         }
@@ -40,7 +41,7 @@ impl InFlight {
 
     /// Forgets every task (the stop abandoned them): no rebalance waits for them.
     pub fn clear(&self) {
-        self.tasks.lock().expect("in-flight lock").clear();
+        unpoisoned::lock(&self.tasks).clear();
         self.written.notify_all();
     }
 
@@ -48,14 +49,15 @@ impl InFlight {
     /// many are left.
     pub fn wait_until_written(&self, partitions: &[i32], timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
-        let mut tasks = self.tasks.lock().expect("in-flight lock");
+        let mut tasks = unpoisoned::lock(&self.tasks);
         loop {
             let left = tasks.values().filter(|p| partitions.contains(p)).count();
             let now = Instant::now();
             if left == 0 || now >= deadline {
                 return left;
             }
-            tasks = self.written.wait_timeout(tasks, deadline - now).expect("in-flight lock").0;
+            tasks =
+                self.written.wait_timeout(tasks, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
         }
     }
 }

@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::turns::{Turns, MIN_HOLD_BACK};
+use punctual_shared::unpoisoned;
 
 /// How often the limits are read again.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(5);
@@ -46,20 +47,20 @@ impl Namespaces {
     }
 
     pub fn limits(&self, namespace: &str) -> NamespaceLimits {
-        self.policies.read().unwrap_or_else(|e| e.into_inner()).get(namespace).map(|p| p.limits).unwrap_or_default()
+        unpoisoned::read(&self.policies).get(namespace).map(|p| p.limits).unwrap_or_default()
     }
 
     /// What the namespace's callbacks may reach beyond the service's guard (nothing more
     /// for most).
     pub fn callback_allow(&self, namespace: &str) -> TargetGuard {
-        let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());
+        let policies = unpoisoned::read(&self.policies);
         policies.get(namespace).map(|p| p.callback_allow.clone()).unwrap_or_default()
     }
 
     /// Why the namespace's timers may not publish to `topic`, or `None`: a timer written
     /// with SQL is not checked by the API.
     pub fn kafka_refusal(&self, namespace: &str, topic: &str) -> Option<String> {
-        let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());
+        let policies = unpoisoned::read(&self.policies);
         let allowed = policies.get(namespace).map(|p| &p.kafka_topics);
         kafka_topics::refusal(topic, allowed.unwrap_or(&Default::default()), &self.service_topics)
     }
@@ -69,7 +70,7 @@ impl Namespaces {
     /// as long as they run the namespace may have both.
     pub fn state(&self, namespace: &str) -> Arc<NamespaceState> {
         let limits = self.limits(namespace);
-        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        let mut states = unpoisoned::lock(&self.states);
         match states.get(namespace) {
             Some(held) if held.limits == limits => held.clone(),
             _ => {
@@ -86,7 +87,7 @@ impl Namespaces {
 
     pub async fn refresh(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
         let policies = namespace_policy::all(pool).await?;
-        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = policies;
+        *unpoisoned::write(&self.policies) = policies;
         Ok(())
     }
 

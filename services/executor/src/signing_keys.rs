@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use punctual_runtime::periodic::Ticks;
 use punctual_shared::sealed::{OpenError, Purpose, SecretKeys};
+use punctual_shared::unpoisoned;
 use punctual_shared::webhook_signature::SigningSecret;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -45,7 +46,7 @@ impl SigningKeys {
 
     /// The namespace's secrets; none when it has none (its calls go unsigned).
     pub fn get(&self, namespace: &str) -> Option<Arc<[SigningSecret]>> {
-        self.by_namespace.read().unwrap_or_else(|e| e.into_inner()).get(namespace).cloned()
+        unpoisoned::read(&self.by_namespace).get(namespace).cloned()
     }
 
     /// Reads every namespace's secrets. A secret that is not a valid `whsec_…` value (one
@@ -73,7 +74,7 @@ impl SigningKeys {
             }
         }
         let by_namespace = by_namespace.into_iter().map(|(ns, secrets)| (ns, Arc::from(secrets))).collect();
-        let mut held = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        let mut held = unpoisoned::write(&self.by_namespace);
         if invalid > 0 && *held != by_namespace {
             tracing::warn!(
                 invalid,

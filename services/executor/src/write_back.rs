@@ -101,7 +101,9 @@ pub(crate) async fn write_back(
         let (mut succeeded, mut retried, mut dead, mut paused) = (0, 0, 0, 0);
         let mut deferred = [0; DeferReason::ALL.len()];
         {
-            let mut offsets = offsets.lock().expect("offsets lock");
+            let mut offsets = offsets
+                .lock()
+                .expect("offsets lock poisoned: a tracker left half-changed could commit past unfinished messages");
             for f in batch.drain(..) {
                 match f.outcome.next {
                     Next::Succeeded => succeeded += 1,

@@ -8,6 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::retry::RetryPolicy;
+use crate::unpoisoned;
 
 /// What a timer does when it fires: columns that change only with the timer's version.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -62,12 +63,12 @@ const MAX_CACHED_ACTIONS: usize = 100_000;
 
 impl ActionCache {
     pub(super) fn get(&self, timer_id: Uuid, version: i64) -> Option<Arc<Action>> {
-        let by_timer = self.by_timer.lock().expect("action cache lock");
+        let by_timer = unpoisoned::lock(&self.by_timer);
         by_timer.get(&timer_id).filter(|(v, _)| *v == version).map(|(_, action)| action.clone())
     }
 
     pub(super) fn put(&self, timer_id: Uuid, version: i64, action: Arc<Action>) {
-        let mut by_timer = self.by_timer.lock().expect("action cache lock");
+        let mut by_timer = unpoisoned::lock(&self.by_timer);
         if by_timer.len() >= MAX_CACHED_ACTIONS && !by_timer.contains_key(&timer_id) {
             by_timer.clear();
         }
@@ -75,7 +76,7 @@ impl ActionCache {
     }
 
     pub fn len(&self) -> usize {
-        self.by_timer.lock().expect("action cache lock").len()
+        unpoisoned::lock(&self.by_timer).len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -22,6 +22,7 @@ use crate::guarded_resolver::GuardedResolver;
 use crate::namespaces::Namespaces;
 use crate::signing_keys::SigningKeys;
 use crate::turns::HeldBack;
+use punctual_shared::unpoisoned;
 
 /// Makes the callbacks: one HTTP client for all, and a limit of calls at once to each
 /// target (scheme, host and port), between [`CallLimits`]' `min` and `max` (see [`Target`]),
@@ -143,7 +144,7 @@ impl Caller {
         if extra.is_empty() {
             return Ok((self.guard.clone(), self.client.clone()));
         }
-        let mut clients = self.namespace_clients.lock().expect("namespace clients lock");
+        let mut clients = unpoisoned::lock(&self.namespace_clients);
         if let Some((made_for, guard, client)) = clients.get(namespace) {
             if *made_for == extra {
                 return Ok((guard.clone(), client.clone()));
@@ -158,7 +159,7 @@ impl Caller {
     /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target
     /// (scheme, host and port).
     pub(super) fn parse(&self, raw: &str) -> Result<ParsedUrl, String> {
-        if let Some((uri, calls)) = self.parsed.lock().expect("parsed lock").get(raw) {
+        if let Some((uri, calls)) = unpoisoned::lock(&self.parsed).get(raw) {
             return Ok((uri.clone(), calls.clone()));
         }
         let url = Url::parse(raw).map_err(|e| e.to_string())?;
@@ -169,11 +170,11 @@ impl Caller {
         let uri: Uri = url.as_str().parse().map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
         let target = target_of(url.scheme(), url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
         let calls = {
-            let mut targets = self.targets.lock().expect("targets lock");
+            let mut targets = unpoisoned::lock(&self.targets);
             let limits = self.limits;
             targets.entry(target).or_insert_with_key(|key| Arc::new(Target::new(key, limits))).clone()
         };
-        let mut parsed = self.parsed.lock().expect("parsed lock");
+        let mut parsed = unpoisoned::lock(&self.parsed);
         if parsed.len() >= MAX_PARSED_URLS {
             parsed.clear();
         }
