@@ -1,8 +1,12 @@
 //! API keys, roles and namespaces against the real admin service: 401 without a valid key,
 //! 403 outside the key's role, and another namespace's ids answered as unknown ones.
 
-use crate::common::{example, spawn_api, spawn_api_with, Api};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
 use serde_json::{json, Value};
+
+use crate::common::{example, spawn_api, spawn_api_with, Api};
 
 /// Creates a key with the admin key; returns the key.
 async fn key(api: &Api, role: &str, namespaces: &[&str]) -> String {
@@ -270,50 +274,43 @@ async fn behind_a_trusted_proxy_clients_are_told_apart_by_their_forwarded_addres
         async move { request.header("x-forwarded-for", client).send().await.unwrap().status().as_u16() }
     };
     let unknown = punctual_shared::api_key::ApiKey::generate();
-    // Guesses from 203.0.113.7 until they are refused, then what another client gets at
-    // once (with `tries`, again, should the budget have refilled in between on a busy
-    // machine).
+    // Five loops of guesses from 203.0.113.7, each sending again as soon as it is answered,
+    // for the whole exchange: the budget (two at once, one a second) is spent as soon as it
+    // refills, however slow a request is on a busy machine. After each refusal of a guess,
+    // another client asks twice at once, up to `tries` times. Its own budget lets both
+    // through; a budget shared with the guesses would have to refill twice over and be
+    // won twice against five loops.
     let other_client_after_guesses = |api: Api, tries: usize| {
         let unknown = unknown.clone();
         async move {
-            let mut answers = Vec::new();
-            for _ in 0..tries {
-                // Five loops of guesses, each sending again as soon as it is answered, so
-                // that the budget (two) runs out however slow a request is on a busy
-                // machine; the other client asks as soon as one guess is refused, within
-                // the penalty of a second that refusal began.
-                let mut loops: futures::stream::FuturesUnordered<_> = (0..5)
-                    .map(|_| {
-                        let (api, unknown) = (&api, &unknown);
-                        async move {
-                            for _ in 0..20 {
-                                if forwarded(api, Some(unknown.expose()), "203.0.113.7").await == 429 {
-                                    return true;
-                                }
-                            }
-                            false
-                        }
+            let (stop, refusals) = (AtomicBool::new(false), AtomicUsize::new(0));
+            let guessing = futures::future::join_all((0..5).map(|_| async {
+                while !stop.load(Ordering::Relaxed) {
+                    if forwarded(&api, Some(unknown.expose()), "203.0.113.7").await == 429 {
+                        refusals.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+            let other = async {
+                let mut answers = Vec::new();
+                for _ in 0..tries {
+                    let seen = refusals.load(Ordering::Relaxed);
+                    let refused = punctual_testkit::eventually_or(Duration::from_secs(30), || async {
+                        (refusals.load(Ordering::Relaxed) > seen).then_some(())
                     })
-                    .collect();
-                let mut refused = false;
-                while let Some(this_one) = futures::StreamExt::next(&mut loops).await {
-                    if this_one {
-                        refused = true;
+                    .await;
+                    assert!(refused.is_some(), "the guessing client refused");
+                    let other = futures::future::join_all((0..2).map(|_| forwarded(&api, None, "203.0.113.8"))).await;
+                    let refused = other.contains(&429);
+                    answers.push(other);
+                    if refused {
                         break;
                     }
                 }
-                drop(loops);
-                assert!(refused, "the guessing client refused");
-                // Two at once, the budget's burst: another client's own budget lets both
-                // through, and a shared one would have to refill twice over meanwhile.
-                let other = futures::future::join_all((0..2).map(|_| forwarded(&api, None, "203.0.113.8"))).await;
-                let refused = other.contains(&429);
-                answers.push(other);
-                if refused {
-                    break;
-                }
-            }
-            answers
+                stop.store(true, Ordering::Relaxed);
+                answers
+            };
+            futures::join!(guessing, other).1
         }
     };
     let behind = spawn_api_with(|c| {
