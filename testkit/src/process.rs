@@ -45,11 +45,18 @@ pub fn restartable_port() -> u16 {
     port_in(RESTARTABLE.start, RESTARTABLE.end)
 }
 
+/// Ports this process has handed out: a port is free until its server binds it, so a
+/// second service started before the first has bound could be given the same one (an
+/// executor was, and failed to bind, while the admin on it answered its /healthz).
+static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
 fn port_in(low: u16, high: u16) -> u16 {
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..200 {
         let random = u16::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..2].try_into().expect("two bytes"));
         let port = low + random % (high - low);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !handed_out.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
             return port;
         }
     }
