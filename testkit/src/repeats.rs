@@ -16,6 +16,11 @@ use crate::Call;
 /// machine busy with the whole suite).
 pub const SINK_DELAY: Duration = Duration::from_millis(250);
 
+/// How long after a call ended its outcome may still be unwritten (the write-back goes in
+/// batches and waits for Postgres; 1.2 s seen beside the whole suite): a call repeated
+/// after a kill may have begun this long plus its own length before it.
+pub const WRITE_BACK: Duration = Duration::from_secs(2);
+
 #[derive(Debug)]
 pub struct Repeats {
     /// Each key called more than once, with how long before the kill its first call

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use punctual_executor::group_watch::{describe, GroupView};
 use punctual_testkit::load::{until, Load};
-use punctual_testkit::repeats::Repeats;
+use punctual_testkit::repeats::{Repeats, WRITE_BACK};
 use punctual_testkit::stack::metric_value;
 use punctual_testkit::{eventually, kafka_brokers, unique_name, Behaviour, Sink, Stack};
 use rdkafka::consumer::BaseConsumer;
@@ -20,10 +20,8 @@ const SECONDS: i64 = 20;
 const CALL: Duration = Duration::from_millis(300);
 
 /// How long before a kill a call may have begun and still be in flight: its own length,
-/// and the write-back of its outcome, which goes in batches and waits for Postgres (up to
-/// 1.2 s seen with the whole suite running beside it). Calls of earlier seconds of the
-/// load are still outside it.
-const IN_FLIGHT: Duration = Duration::from_millis(300 + 2_000);
+/// and the write-back of its outcome. Calls of earlier seconds of the load are outside it.
+const IN_FLIGHT: Duration = Duration::from_millis(300).saturating_add(WRITE_BACK);
 
 /// How long after `since` the sink received its first call.
 async fn first_call_after(sink: &Sink, since: DateTime<Utc>) -> Duration {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use punctual_shared::timer::task_identity;
 use punctual_testkit::load::{until, Load};
-use punctual_testkit::repeats::SINK_DELAY;
+use punctual_testkit::repeats::{Repeats, SINK_DELAY, WRITE_BACK};
 use punctual_testkit::servers::{Broker, PgServer};
 use punctual_testkit::stack::dump_logs;
 use punctual_testkit::{eventually, eventually_or, kafka_brokers, Behaviour, Sink, Stack};
@@ -74,24 +74,12 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
     stack.executor.restart();
     let audit = load.audit(&stack, &sink, Duration::from_secs(90)).await;
     // What may be repeated: the calls the dead executor had started and not written back
-    // (each takes 300 ms), and nothing else.
-    // A call made just before the kill can reach the sink just after it.
-    let sink_delay = chrono::Duration::from_std(SINK_DELAY).unwrap();
-    let in_flight: HashSet<String> = sink
-        .calls()
-        .iter()
-        .filter(|c| {
-            c.received_at <= killed_at + sink_delay && c.received_at > killed_at - chrono::Duration::milliseconds(500)
-        })
-        .filter_map(|c| c.idempotency_key.clone())
-        .collect();
-    let mut seen = HashSet::new();
-    let repeated: HashSet<String> =
-        sink.calls().into_iter().filter_map(|c| c.idempotency_key).filter(|k| !seen.insert(k.clone())).collect();
-    println!("in flight when killed: {}, repeated: {}", in_flight.len(), repeated.len());
+    // (each takes 300 ms, and its outcome is written in a batch), and nothing else.
+    let repeats = Repeats::of(&sink.calls(), killed_at);
+    let repeated = repeats.len();
     assert_eq!((audit.lost, audit.unexpected), (0, 0), "{audit:?}");
-    assert!(repeated.is_subset(&in_flight), "only calls in flight at the kill are repeated");
-    assert_eq!(audit.duplicated, repeated.len(), "each at most twice");
+    repeats.assert_in_flight(Duration::from_millis(300) + WRITE_BACK);
+    assert_eq!(audit.duplicated, repeated, "each at most twice");
 }
 
 /// A run is marked `running` by the process that makes it. An executor killed mid-call and
@@ -143,7 +131,7 @@ async fn runs_marked_by_a_killed_executor_run_again_under_the_same_owner() {
     let unanswered = received_within(-250, 0);
     // What may run again: calls made before the kill (some may reach the sink a little
     // after it) whose outcome was not written yet.
-    let may_repeat = received_within(-500, SINK_DELAY.as_millis() as i64);
+    let may_repeat = received_within(-((300 + WRITE_BACK.as_millis()) as i64), SINK_DELAY.as_millis() as i64);
     let mut counts = std::collections::HashMap::<String, usize>::new();
     for key in calls.iter().filter_map(|c| c.idempotency_key.clone()) {
         *counts.entry(key).or_default() += 1;

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use punctual_executor::group_watch::{describe, GroupView};
 use punctual_shared::timer::task_identity;
 use punctual_testkit::load::{until, Load};
-use punctual_testkit::repeats::Repeats;
+use punctual_testkit::repeats::{Repeats, WRITE_BACK};
 use punctual_testkit::stack::metric_value;
 use punctual_testkit::{kafka_brokers, unique_name, Behaviour, ServiceProcess, Sink, Stack};
 use rdkafka::consumer::BaseConsumer;
@@ -26,7 +26,7 @@ const PARTITIONS: &str = "8";
 const CALL: Duration = Duration::from_millis(300);
 /// How long before the kill a repeated call's first call may have begun: its length, and
 /// the write-back of its outcome.
-const IN_FLIGHT: Duration = Duration::from_millis(300 + 1_000);
+const IN_FLIGHT: Duration = Duration::from_millis(300).saturating_add(WRITE_BACK);
 /// Each takeover must be done within this: a lease or a session timeout (3 s) and the
 /// rebalance, well short of what a takeover waiting for something else would take (a
 /// 30 s lease, a 45 s session). Beside the whole suite a rebalance has taken 2.5 s.
