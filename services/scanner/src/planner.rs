@@ -188,9 +188,11 @@ impl Planner {
             schedule.one_shot_at(row.created_at).filter(|at| row.pruned_through.is_none_or(|p| *at > p))
         } else {
             // A resumed timer continues from where its plan stopped, but not before now:
-            // what was missed while paused is not fired. An edited timer (next_plan_at
-            // reset by the schema's trigger) starts from now.
-            let from = row.next_plan_at.map_or(now, |n| n.max(now));
+            // what was missed while paused is not fired. A new or edited timer (next_plan_at
+            // reset by the schema's trigger) starts from when it was written, not from when
+            // a busy scanner got to it: what fell due meanwhile fires late, or as its
+            // misfire policy says.
+            let from = row.next_plan_at.map_or(row.updated_at, |n| n.max(now));
             schedule.first_from(row.created_at, from)
         };
         match first {

@@ -248,8 +248,8 @@ async fn an_import_in_one_namespace_leaves_another_namespaces_occurrences_all_de
     ])
     .await;
     let pool = &stack.db.pool;
-    // Far enough ahead that the new timers are validated before their first occurrence is
-    // 2 s late, however busy the machine (else fire_once rightly leaves some unplanned).
+    // Far enough ahead that no occurrence is beyond the 2 s threshold when a busy scanner
+    // gets to validate the new timers (fire_once would rightly collapse those into one).
     let start = Utc::now() + chrono::Duration::seconds(8);
     let steady_span = (start, start + chrono::Duration::seconds(10));
     let steady = every_second(pool, "steady", 10, steady_span, &sink.url("/steady"), 10_000).await;

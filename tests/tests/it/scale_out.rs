@@ -220,6 +220,18 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
     // Which occurrence, and when in the load: it tells which fault delayed it.
     if let Some((key, at)) = latest {
         println!("the latest first call: {key}, the load's second {}", (at - load.start).num_seconds());
+        println!("  its task: {}", task_story(&stack, key).await);
+        for (name, p) in [("a", &stack.executor), ("d", &executor_d)] {
+            let text = stack.metrics(p).await;
+            let deferred: Vec<String> = ["target_limit", "namespace_limit", "retry_after"]
+                .iter()
+                .map(|r| {
+                    let v = metric_value(&text, &format!("punctual_deferred_total{{reason=\"{r}\"}}")).unwrap_or(0.0);
+                    format!("{r} {v}")
+                })
+                .collect();
+            println!("  executor {name} deferred: {}", deferred.join(", "));
+        }
     }
     let lost: Vec<&String> = expected.iter().filter(|k| !called.contains(k.as_str())).collect();
     let unexpected = called.iter().filter(|k| !expected.contains(**k)).count();
@@ -245,6 +257,35 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
     assert!(largest_lag.to_std().unwrap_or_default() <= LAG_BOUND, "largest lag {largest_lag}");
     assert!(stopped_in <= Duration::from_secs(10 + 2), "the graceful stop outlasted its bound: {stopped_in:?}");
     drop((executor_d, scanner_b, scanner_c));
+}
+
+/// A task's state, read to tell what delayed it.
+#[derive(Debug, sqlx::FromRow)]
+#[allow(dead_code)] // read through Debug
+struct TaskStory {
+    status: String,
+    attempt: i32,
+    due_at: DateTime<Utc>,
+    deferred_reason: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+/// Where the task of `key` (`timer_id:scheduled_at`) stands.
+async fn task_story(stack: &Stack, key: &str) -> String {
+    let Some((id, at)) = key.split_once(':') else { return format!("not a task identity: {key}") };
+    let (Ok(id), Ok(at)) = (id.parse::<Uuid>(), DateTime::parse_from_rfc3339(at)) else {
+        return format!("not a task identity: {key}");
+    };
+    sqlx::query_as::<_, TaskStory>(
+        "SELECT status, attempt, due_at, deferred_reason, started_at, finished_at
+           FROM tasks WHERE timer_id = $1 AND scheduled_at = $2",
+    )
+    .bind(id)
+    .bind(at.with_timezone(&Utc))
+    .fetch_one(&stack.db.pool)
+    .await
+    .map_or_else(|e| format!("not read: {e}"), |story| format!("{story:?}"))
 }
 
 async fn fenced(scanner: &ServiceProcess) -> f64 {

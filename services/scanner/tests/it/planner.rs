@@ -209,6 +209,56 @@ async fn a_timer_inserted_paused_is_validated_but_not_planned() {
     assert!(task_times(&db, id).await.is_empty());
 }
 
+/// A scanner that gets to a new or edited timer late (busy, or down) plans it from when it
+/// was written: what fell due meanwhile fires late, not silently never.
+#[tokio::test]
+async fn a_timer_validated_late_is_planned_from_when_it_was_written() {
+    let db = TestDb::create().await;
+    let cron = every_second_timer(&db, "http://127.0.0.1:1/x").await;
+    let interval = insert_sql(
+        &db,
+        "name, schedule_kind, interval_ms, http_url",
+        "'interval', 'interval', 1000, 'http://127.0.0.1:1/x'",
+    )
+    .await;
+    let written: DateTime<Utc> =
+        sqlx::query_scalar("SELECT max(updated_at) FROM timers").fetch_one(&db.pool).await.unwrap();
+    let held = db.hold_buckets("scanner-a").await;
+    let late = written + chrono::Duration::seconds(5);
+    planner().validate_new(&db.pool, late, &held, None).await.unwrap();
+    for id in [cron, interval] {
+        let times = task_times(&db, id).await;
+        let meanwhile = times.iter().filter(|t| **t > written && **t < late).count();
+        assert!((4..=5).contains(&meanwhile), "{meanwhile} of the occurrences due in the 5 s before validation");
+        assert!(times[0] <= written + chrono::Duration::seconds(1), "first {} written {written}", times[0]);
+    }
+
+    // An edit is a new definition: planned from the edit, nothing of it before.
+    sqlx::query("UPDATE timers SET interval_ms = 2000 WHERE id = $1").bind(interval).execute(&db.pool).await.unwrap();
+    let (edited, version): (DateTime<Utc>, i64) =
+        sqlx::query_as("SELECT updated_at, version FROM timers WHERE id = $1")
+            .bind(interval)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let late = edited + chrono::Duration::seconds(6);
+    planner().validate_new(&db.pool, late, &held, None).await.unwrap();
+    let times: Vec<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT scheduled_at FROM tasks WHERE timer_id = $1 AND timer_version = $2 ORDER BY 1")
+            .bind(interval)
+            .bind(version)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        times[0] >= edited && times[0] <= edited + chrono::Duration::seconds(2),
+        "first {} edited {edited}",
+        times[0]
+    );
+    let meanwhile = times.iter().filter(|t| **t < late).count();
+    assert!((2..=3).contains(&meanwhile), "{meanwhile} of the edited timer's occurrences due before validation");
+}
+
 #[tokio::test]
 async fn occurrences_missed_beyond_the_misfire_threshold_fire_once() {
     let db = TestDb::create().await;
