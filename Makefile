@@ -1,6 +1,6 @@
 # Punctual's two commands: `make up` (the whole stack, locally, with a demo timer) and
 # `make test` (the whole test suite against real Postgres and a real broker).
-.PHONY: up down test bench build check fmt
+.PHONY: up down test bench build check fmt sqlx-prepare
 
 up:
 	@scripts/up.sh
@@ -28,3 +28,8 @@ check:
 
 fmt:
 	cargo fmt --all
+
+# After changing a statement checked at compile time or a migration: writes .sqlx/ afresh
+# (on a Postgres of its own), to be committed; `make test` fails while it is stale.
+sqlx-prepare:
+	@scripts/sqlx.sh prepare

@@ -5,7 +5,8 @@
 # The Rust tests run under cargo-nextest (.config/nextest.toml: its test groups keep apart
 # the tests that must not overlap). The shell stages (the API fuzzer, the deploy and
 # monitoring checks, `make up` end to end, the wheel's benchmark code and the doctests)
-# run beside them, and the benchmark's smoke run after them, each with a log of its own in
+# run beside them, and the benchmark's smoke run and the check of .sqlx/ (scripts/sqlx.sh)
+# after them, each with a log of its own in
 # $PUNCTUAL_TEST_LOGS (default target/test-stages); the whole fails if any fails, printing
 # the failing stage's log. Ends with each stage's wall time and the ten slowest tests.
 #
@@ -34,6 +35,7 @@ ensure_nextest() {
 }
 timed tools scripts/stack.sh tools
 timed nextest-tool ensure_nextest
+timed sqlx-tool scripts/sqlx.sh tool
 
 work=$(mktemp -d /tmp/punctual-test.XXXXXX)
 logs=${PUNCTUAL_TEST_LOGS:-$root/target/test-stages}
@@ -132,6 +134,12 @@ wait_stages() {
   for p in "${stage_pids[@]}"; do wait "$p" 2>/dev/null || true; done
 }
 timed stages-after wait_stages
+if [ $# -eq 0 ]; then
+  # The offline data of the SQL checked at compile time (.sqlx/) against the statements and
+  # the migrations. Last: it touches the crates' sources to make the macros run again.
+  stage sqlx-check scripts/sqlx.sh check "${PUNCTUAL_TEST_DATABASE_URL}"
+  timed sqlx-check wait_stages
+fi
 failed=()
 for log in "$logs"/*.log; do
   name=$(basename "$log" .log)

@@ -63,7 +63,7 @@ impl Readiness {
         let migrated = pool.clone();
         self.check("postgres", move || {
             let pool = answers.clone();
-            async move { sqlx::query("SELECT 1").execute(&pool).await.map(drop).map_err(|e| e.to_string()) }
+            async move { sqlx::query!("SELECT 1 AS one").fetch_one(&pool).await.map(drop).map_err(|e| e.to_string()) }
         })
         .check("migrations", move || {
             let pool = migrated.clone();

@@ -68,9 +68,20 @@ impl fmt::Debug for ApiKey {
 
 /// What a key may do. Each role includes the ones before it.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+    sqlx::Type,
 )]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum Role {
     /// Read the timers, runs and stats of the key's namespaces.
     Read,
@@ -113,25 +124,25 @@ pub async fn store(
     role: Role,
     namespaces: &[String],
 ) -> Result<Option<(uuid::Uuid, chrono::DateTime<chrono::Utc>)>, sqlx::Error> {
-    sqlx::query_as(
+    let stored = sqlx::query!(
         "INSERT INTO api_keys (name, digest, prefix, role, namespaces) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (digest) DO NOTHING
          RETURNING id, created_at",
+        name,
+        key.digest(),
+        key.shown_prefix(),
+        role.as_str(),
+        namespaces
     )
-    .bind(name)
-    .bind(key.digest())
-    .bind(key.shown_prefix())
-    .bind(role.as_str())
-    .bind(namespaces)
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(stored.map(|row| (row.id, row.created_at)))
 }
 
 /// Revokes a key (it stays, revoked, for the record; revoking it again keeps the first
 /// time); false if there is no such key.
 pub async fn revoke(db: &sqlx::PgPool, id: uuid::Uuid) -> Result<bool, sqlx::Error> {
-    let found = sqlx::query("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
-        .bind(id)
+    let found = sqlx::query!("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1", id)
         .execute(db)
         .await?
         .rows_affected();

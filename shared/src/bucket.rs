@@ -106,12 +106,12 @@ pub fn owned_join(alias: &str, bucket: &str) -> String {
 /// Renews the membership of `owner` for `lease`; false if it was not a live member (its
 /// lease expired, or it never joined): then it holds nothing and must [`join`] again.
 pub async fn renew(db: impl PgExecutor<'_>, owner: &str, lease: Duration) -> Result<bool, sqlx::Error> {
-    let renewed = sqlx::query(
+    let renewed = sqlx::query!(
         "UPDATE scanners SET lease_until = now() + $2::interval, heartbeat_at = now()
           WHERE id = $1 AND lease_until > now()",
+        owner,
+        lease as _
     )
-    .bind(owner)
-    .bind(lease)
     .execute(db)
     .await?;
     Ok(renewed.rows_affected() == 1)
@@ -120,12 +120,12 @@ pub async fn renew(db: impl PgExecutor<'_>, owner: &str, lease: Duration) -> Res
 /// Makes `owner` a live member for `lease`, as a newcomer: the buckets it held in an
 /// earlier life (a restart under the same id) must be acquired again, at new epochs.
 pub async fn join(db: impl PgExecutor<'_>, owner: &str, lease: Duration) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO scanners (id, lease_until) VALUES ($1, now() + $2::interval)
          ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until, heartbeat_at = now(), joined_at = now()",
+        owner,
+        lease as _
     )
-    .bind(owner)
-    .bind(lease)
     .execute(db)
     .await?;
     Ok(())
@@ -133,13 +133,13 @@ pub async fn join(db: impl PgExecutor<'_>, owner: &str, lease: Duration) -> Resu
 
 /// The live members, in the order shares are handed out.
 pub async fn live_members(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT id FROM scanners WHERE lease_until > now() ORDER BY id").fetch_all(db).await
+    sqlx::query_scalar!("SELECT id FROM scanners WHERE lease_until > now() ORDER BY id").fetch_all(db).await
 }
 
 /// Deletes the rows of members whose lease has expired, so that their buckets can be
 /// taken; a member with a statement in flight (its row locked) is left for a later try.
 pub async fn remove_expired(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "DELETE FROM scanners WHERE id IN (
             SELECT id FROM scanners WHERE lease_until < now() FOR UPDATE SKIP LOCKED)
          RETURNING id",
@@ -177,7 +177,8 @@ pub async fn acquire(
     if count == 0 {
         return Ok(Vec::new());
     }
-    sqlx::query_as(
+    sqlx::query_as!(
+        Grant,
         "WITH me AS (
             SELECT id FROM scanners WHERE id = $1 AND lease_until > now() FOR KEY SHARE
          ), free AS (
@@ -195,11 +196,11 @@ pub async fn acquire(
          UPDATE buckets b SET owner = $1, epoch = b.epoch + 1, acquired_at = now()
            FROM free f
           WHERE b.bucket = f.bucket
-         RETURNING b.bucket, b.epoch, f.taken_over",
+         RETURNING b.bucket, b.epoch, f.taken_over AS \"taken_over!\"",
+        owner,
+        held,
+        count as i64
     )
-    .bind(owner)
-    .bind(held)
-    .bind(count as i64)
     .fetch_all(db)
     .await
 }
@@ -208,14 +209,14 @@ pub async fn acquire(
 pub async fn release(db: impl PgExecutor<'_>, owner: &str, grants: &[(i16, i64)]) -> Result<u64, sqlx::Error> {
     let buckets: Vec<i16> = grants.iter().map(|g| g.0).collect();
     let epochs: Vec<i64> = grants.iter().map(|g| g.1).collect();
-    let released = sqlx::query(
+    let released = sqlx::query!(
         "UPDATE buckets b SET owner = NULL
            FROM UNNEST($2::smallint[], $3::bigint[]) AS h(bucket, epoch)
           WHERE b.bucket = h.bucket AND b.epoch = h.epoch AND b.owner = $1",
+        owner,
+        &buckets,
+        &epochs
     )
-    .bind(owner)
-    .bind(&buckets)
-    .bind(&epochs)
     .execute(db)
     .await?;
     Ok(released.rows_affected())
@@ -223,11 +224,11 @@ pub async fn release(db: impl PgExecutor<'_>, owner: &str, grants: &[(i16, i64)]
 
 /// Leaves the membership: every bucket of `owner` is released and its row deleted.
 pub async fn leave(db: impl PgExecutor<'_>, owner: &str) -> Result<u64, sqlx::Error> {
-    let released = sqlx::query(
+    let released = sqlx::query!(
         "WITH gone AS (DELETE FROM scanners WHERE id = $1)
          UPDATE buckets SET owner = NULL WHERE owner = $1",
+        owner
     )
-    .bind(owner)
     .execute(db)
     .await?;
     Ok(released.rows_affected())

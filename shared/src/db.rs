@@ -174,7 +174,7 @@ pub fn service_role_grants(database: &str, role: &str) -> Vec<String> {
 
 /// Runs [`service_role_grants`] for `role` (which must exist) on the database of `pool`.
 pub async fn grant_service_role(pool: &PgPool, role: &str) -> Result<(), sqlx::Error> {
-    let database: String = sqlx::query_scalar("SELECT current_database()").fetch_one(pool).await?;
+    let database = sqlx::query_scalar!(r#"SELECT current_database() AS "database!""#).fetch_one(pool).await?;
     let mut tx = pool.begin().await?;
     for statement in service_role_grants(&database, role) {
         sqlx::query(&statement).execute(&mut *tx).await?;

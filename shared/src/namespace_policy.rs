@@ -201,7 +201,7 @@ pub async fn get(db: impl PgExecutor<'_>, namespace: &str) -> Result<StoredPolic
 /// Stores the namespace's policy (checked first with [`StoredPolicy::check`]).
 pub async fn put(db: impl PgExecutor<'_>, namespace: &str, policy: &StoredPolicy) -> Result<(), sqlx::Error> {
     let limits = &policy.limits;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO namespaces (namespace, max_concurrent_calls, max_callback_timeout_ms, max_catch_up_per_second,
                                  max_fires_per_second, max_timers, min_fire_interval_ms, kafka_topics, callback_allow)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -215,16 +215,16 @@ pub async fn put(db: impl PgExecutor<'_>, namespace: &str, policy: &StoredPolicy
                 kafka_topics = EXCLUDED.kafka_topics,
                 callback_allow = EXCLUDED.callback_allow,
                 updated_at = now()",
+        namespace,
+        limits.max_concurrent_calls,
+        limits.max_callback_timeout_ms,
+        limits.max_catch_up_per_second,
+        limits.max_fires_per_second,
+        limits.max_timers,
+        limits.min_fire_interval_ms,
+        &policy.kafka_topics.0,
+        &policy.callback_allow
     )
-    .bind(namespace)
-    .bind(limits.max_concurrent_calls)
-    .bind(limits.max_callback_timeout_ms)
-    .bind(limits.max_catch_up_per_second)
-    .bind(limits.max_fires_per_second)
-    .bind(limits.max_timers)
-    .bind(limits.min_fire_interval_ms)
-    .bind(&policy.kafka_topics.0)
-    .bind(&policy.callback_allow)
     .execute(db)
     .await?;
     Ok(())
@@ -272,25 +272,25 @@ pub async fn book_catch_up(
     namespace: &str,
     count: usize,
 ) -> Result<(DateTime<Utc>, chrono::Duration), sqlx::Error> {
-    sqlx::query("INSERT INTO namespaces (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING")
-        .bind(namespace)
+    sqlx::query!("INSERT INTO namespaces (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING", namespace)
         .execute(&mut *tx)
         .await?;
-    let (start, rate): (DateTime<Utc>, i32) = sqlx::query_as(
-        "WITH cur AS (
+    let booked = sqlx::query!(
+        r#"WITH cur AS (
             SELECT greatest(now(), catch_up_booked_until) AS start,
                    COALESCE(max_catch_up_per_second, $3) AS rate
               FROM namespaces WHERE namespace = $1 FOR UPDATE
          )
          UPDATE namespaces n SET catch_up_booked_until = cur.start + ($2::float8 / cur.rate) * interval '1 second'
            FROM cur WHERE n.namespace = $1
-         RETURNING cur.start, cur.rate",
+         RETURNING cur.start AS "start!", cur.rate AS "rate!""#,
+        namespace,
+        count as f64,
+        DEFAULT_MAX_CATCH_UP_PER_SECOND as i32
     )
-    .bind(namespace)
-    .bind(count as f64)
-    .bind(DEFAULT_MAX_CATCH_UP_PER_SECOND as i32)
     .fetch_one(&mut *tx)
     .await?;
+    let (start, rate) = (booked.start, booked.rate);
     Ok((start, chrono::Duration::microseconds(1_000_000 / i64::from(rate.max(1)))))
 }
 

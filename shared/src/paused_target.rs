@@ -28,13 +28,13 @@ pub fn target_of(scheme: &str, host: &str, port: u16) -> String {
 
 /// Pauses `target` for `namespace`; false when it was paused already.
 pub async fn pause(db: &PgPool, namespace: &str, target: &str, reason: &str) -> Result<bool, sqlx::Error> {
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "INSERT INTO paused_targets (namespace, target, reason) VALUES ($1, $2, $3)
          ON CONFLICT (namespace, target) DO NOTHING",
+        namespace,
+        target,
+        reason
     )
-    .bind(namespace)
-    .bind(target)
-    .bind(reason)
     .execute(db)
     .await?
     .rows_affected();
@@ -43,9 +43,7 @@ pub async fn pause(db: &PgPool, namespace: &str, target: &str, reason: &str) -> 
 
 /// Resumes `target` for `namespace`; false when it was not paused.
 pub async fn resume(db: &PgPool, namespace: &str, target: &str) -> Result<bool, sqlx::Error> {
-    let deleted = sqlx::query("DELETE FROM paused_targets WHERE namespace = $1 AND target = $2")
-        .bind(namespace)
-        .bind(target)
+    let deleted = sqlx::query!("DELETE FROM paused_targets WHERE namespace = $1 AND target = $2", namespace, target)
         .execute(db)
         .await?
         .rows_affected();
@@ -54,11 +52,12 @@ pub async fn resume(db: &PgPool, namespace: &str, target: &str) -> Result<bool, 
 
 /// The targets paused for `namespace`, oldest pause first.
 pub async fn list(db: &PgPool, namespace: &str) -> Result<Vec<PausedTarget>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        PausedTarget,
         "SELECT namespace, target, reason, paused_at FROM paused_targets WHERE namespace = $1
           ORDER BY paused_at, target",
+        namespace
     )
-    .bind(namespace)
     .fetch_all(db)
     .await
 }
@@ -66,6 +65,8 @@ pub async fn list(db: &PgPool, namespace: &str) -> Result<Vec<PausedTarget>, sql
 /// Every paused target, by namespace and target.
 pub async fn all(db: &PgPool) -> Result<HashMap<(String, String), PausedTarget>, sqlx::Error> {
     let rows: Vec<PausedTarget> =
-        sqlx::query_as("SELECT namespace, target, reason, paused_at FROM paused_targets").fetch_all(db).await?;
+        sqlx::query_as!(PausedTarget, "SELECT namespace, target, reason, paused_at FROM paused_targets")
+            .fetch_all(db)
+            .await?;
     Ok(rows.into_iter().map(|p| ((p.namespace.clone(), p.target.clone()), p)).collect())
 }

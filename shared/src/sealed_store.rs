@@ -42,12 +42,14 @@ pub async fn seal_stored(
     };
     let current_prefix = format!("{}{current}:", crate::sealed::SEALED_PREFIX);
     let mut done = Resealed::default();
-    let secrets: Vec<(Uuid, String, String)> =
-        sqlx::query_as("SELECT id, namespace, secret FROM signing_secrets WHERE secret NOT LIKE $1 || '%'")
-            .bind(&current_prefix)
-            .fetch_all(pool)
-            .await?;
-    for (id, namespace, secret) in secrets {
+    let secrets = sqlx::query!(
+        "SELECT id, namespace, secret FROM signing_secrets WHERE secret NOT LIKE $1 || '%'",
+        current_prefix
+    )
+    .fetch_all(pool)
+    .await?;
+    for row in secrets {
+        let (id, namespace, secret) = (row.id, row.namespace, row.secret);
         let opened = keys.open(&secret, Purpose::SigningSecret).map_err(|error| SealError::Open {
             what: format!("a signing secret of namespace {namespace} ({id})"),
             error,
@@ -59,20 +61,23 @@ pub async fn seal_stored(
     }
     let mut after = Uuid::nil();
     loop {
-        let rows: Vec<(Uuid, Value, Value)> = sqlx::query_as(
+        let rows: Vec<(Uuid, Value, Value)> = sqlx::query!(
             "SELECT id, http_headers, kafka_headers FROM timers
               WHERE id > $1 AND (http_headers <> '{}' OR kafka_headers <> '{}')
               ORDER BY id LIMIT $2",
+            after,
+            BATCH
         )
-        .bind(after)
-        .bind(BATCH)
         .fetch_all(pool)
-        .await?;
+        .await?
+        .into_iter()
+        .map(|row| (row.id, row.http_headers, row.kafka_headers))
+        .collect();
         let Some((last, _, _)) = rows.last() else { break };
         after = *last;
         let mut tx = pool.begin().await?;
         // The trigger leaves version and revision as they are for this transaction's updates.
-        sqlx::query("SET LOCAL punctual.resealing = 'on'").execute(&mut *tx).await?;
+        sqlx::query!("SET LOCAL punctual.resealing = 'on'").execute(&mut *tx).await?;
         for (id, http, kafka) in &rows {
             let what = |header: &str| format!("header {header} of timer {id}");
             let (http_new, kafka_new) = (reseal(keys, is_secret, http, &what)?, reseal(keys, is_secret, kafka, &what)?);

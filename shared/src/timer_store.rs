@@ -105,11 +105,13 @@ pub async fn insert(pool: &PgPool, t: &NewTimer, max_timers: i64) -> Result<Time
     let s = ScheduleColumns::from(&t.schedule);
     let created_at = to_millis(Utc::now());
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('timers ' || $1))").bind(&t.namespace).execute(&mut *tx).await?;
-    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM timers WHERE namespace = $1 AND state <> 'deleted'")
-        .bind(&t.namespace)
-        .fetch_one(&mut *tx)
-        .await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtext('timers ' || $1))", t.namespace).execute(&mut *tx).await?;
+    let live = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "live!" FROM timers WHERE namespace = $1 AND state <> 'deleted'"#,
+        t.namespace
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     if max_timers > 0 && live >= max_timers {
         return Err(StoreError::QuotaExceeded { namespace: t.namespace.clone(), live });
     }
@@ -268,15 +270,15 @@ pub async fn write_plans(tx: &mut PgConnection, writes: &[PlanWrite<'_>]) -> Res
     let statuses: Vec<&str> = writes.iter().map(|w| w.plan_status.as_str()).collect();
     let nexts: Vec<Option<DateTime<Utc>>> = writes.iter().map(|w| w.next_plan_at).collect();
     let reasons: Vec<Option<&str>> = writes.iter().map(|w| w.invalid_reason).collect();
-    sqlx::query(
+    sqlx::query!(
         "UPDATE timers t SET plan_status = u.plan_status, next_plan_at = u.next_plan_at, invalid_reason = u.reason
            FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) AS u(id, plan_status, next_plan_at, reason)
           WHERE t.id = u.id",
+        &ids,
+        &statuses as _,
+        &nexts as _,
+        &reasons as _
     )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&nexts)
-    .bind(&reasons)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -293,15 +295,15 @@ pub struct Resealed<'a> {
 /// trigger then leaves version and revision as they are), unless the timer changed since
 /// they were read: its new values are sealed by their writer. Returns whether it wrote.
 pub async fn reseal_headers(tx: &mut PgConnection, resealed: &Resealed<'_>) -> Result<bool, sqlx::Error> {
-    let changed = sqlx::query(
+    let changed = sqlx::query!(
         "UPDATE timers SET http_headers = $3, kafka_headers = $4
           WHERE id = $1 AND http_headers = $2 AND kafka_headers = $5",
+        resealed.id,
+        resealed.http_headers.0,
+        resealed.http_headers.1,
+        resealed.kafka_headers.1,
+        resealed.kafka_headers.0
     )
-    .bind(resealed.id)
-    .bind(resealed.http_headers.0)
-    .bind(resealed.http_headers.1)
-    .bind(resealed.kafka_headers.1)
-    .bind(resealed.kafka_headers.0)
     .execute(&mut *tx)
     .await?;
     Ok(changed.rows_affected() > 0)

@@ -57,7 +57,7 @@ struct ListedKey {
     name: String,
     /// `pct_` and the key's first characters.
     prefix: String,
-    role: String,
+    role: Role,
     namespaces: Vec<String>,
     created_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
@@ -136,8 +136,10 @@ async fn create_key(
 )]
 async fn list_keys(State(state): State<AppState>, caller: Caller) -> Result<Json<KeyList>, ApiError> {
     caller.require(Role::Admin)?;
-    let keys = sqlx::query_as::<_, ListedKey>(
-        "SELECT id, name, prefix, role, namespaces, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+    let keys = sqlx::query_as!(
+        ListedKey,
+        r#"SELECT id, name, prefix, role AS "role: Role", namespaces, created_at, revoked_at
+             FROM api_keys ORDER BY created_at, id"#
     )
     .fetch_all(&state.pool)
     .await?;

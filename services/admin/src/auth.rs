@@ -201,11 +201,13 @@ impl Authenticator {
     }
 
     async fn caller(&self, key: &ApiKey) -> Result<Caller, ApiError> {
-        let row: Option<(Uuid, String, Vec<String>)> =
-            sqlx::query_as("SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL")
-                .bind(key.digest())
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = sqlx::query!(
+            "SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL",
+            key.digest()
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|row| (row.id, row.role, row.namespaces));
         let Some((id, role, namespaces)) = row else {
             return Err(ApiError::Unauthenticated("unknown or revoked API key".into()));
         };

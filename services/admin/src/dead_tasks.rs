@@ -111,12 +111,12 @@ pub fn list_statement() -> String {
 
 /// Those of `ids` that are tasks of timers the caller sees.
 async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Vec<i64>, ApiError> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "SELECT t.id FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.id = ANY($1) AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+        ids,
+        caller.visible() as _
     )
-    .bind(ids)
-    .bind(caller.visible())
     .fetch_all(pool)
     .await?)
 }
@@ -144,12 +144,12 @@ async fn replay_task(
         .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a task id: {id:?}") })?;
     let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &[id]).await?).await?;
     if replayed.is_empty() {
-        let status: Option<TaskStatus> = sqlx::query_scalar(
-            "SELECT t.status FROM tasks t JOIN timers tm ON tm.id = t.timer_id
-              WHERE t.id = $1 AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
+        let status = sqlx::query_scalar!(
+            r#"SELECT t.status AS "status: TaskStatus" FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+              WHERE t.id = $1 AND ($2::text[] IS NULL OR tm.namespace = ANY($2))"#,
+            id,
+            caller.visible() as _
         )
-        .bind(id)
-        .bind(caller.visible())
         .fetch_optional(&state.pool)
         .await?;
         return Err(match status {

@@ -201,7 +201,7 @@ async fn change(
     let patch: NamespacePatch = parse_json(headers, body)?;
     // Concurrent changes of one namespace take turns, so that neither loses the other's field.
     let mut tx = state.pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('namespaces ' || $1))").bind(&ns).execute(&mut *tx).await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtext('namespaces ' || $1))", ns).execute(&mut *tx).await?;
     let base = if keep { namespace_policy::get(&mut *tx, &ns).await? } else { StoredPolicy::default() };
     let changed = patch.apply(base);
     changed.check()?;

@@ -119,16 +119,17 @@ async fn list_signing_secrets(
     Path(ns): Path<String>,
 ) -> Result<Json<SecretList>, ApiError> {
     caller.require_namespace(&ns, Role::Read)?;
-    let rows: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT id, namespace, secret, created_at FROM signing_secrets WHERE namespace = $1 ORDER BY created_at, id",
+        ns
     )
-    .bind(&ns)
     .fetch_all(&state.pool)
     .await?;
     let shown = SECRET_PREFIX.len() + SHOWN_PREFIX_CHARS;
     let signing_secrets = rows
         .into_iter()
-        .map(|(id, namespace, secret, created_at)| {
+        .map(|row| {
+            let (id, namespace, secret, created_at) = (row.id, row.namespace, row.secret, row.created_at);
             // A secret that does not open (sealed with a key no longer listed) shows no prefix.
             let opened = state.secret_keys.open(&secret, Purpose::SigningSecret).unwrap_or_default();
             let prefix = format!("{}…", opened.get(..shown).unwrap_or(SECRET_PREFIX));

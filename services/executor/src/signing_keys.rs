@@ -54,9 +54,12 @@ impl SigningKeys {
     /// one that does not open fails the whole read: the secrets held stay.
     pub async fn refresh(&self, pool: &PgPool) -> Result<(), RefreshError> {
         let rows: Vec<(Uuid, String, String)> =
-            sqlx::query_as("SELECT id, namespace, secret FROM signing_secrets ORDER BY namespace, created_at, id")
+            sqlx::query!("SELECT id, namespace, secret FROM signing_secrets ORDER BY namespace, created_at, id")
                 .fetch_all(pool)
-                .await?;
+                .await?
+                .into_iter()
+                .map(|row| (row.id, row.namespace, row.secret))
+                .collect();
         let mut by_namespace: HashMap<String, Vec<SigningSecret>> = HashMap::new();
         let mut invalid = 0;
         for (id, namespace, secret) in rows {

@@ -40,13 +40,14 @@ struct Others {
 
 async fn read(pool: &PgPool) -> Result<Figures, sqlx::Error> {
     let backlog = task::stats::backlog(pool, BACKLOG_COUNT_LIMIT).await?;
-    let others = sqlx::query_as(
-        "SELECT (SELECT extract(epoch FROM min(next_plan_at) - now())::float8 FROM timers
+    let others = sqlx::query_as!(
+        Others,
+        r#"SELECT (SELECT extract(epoch FROM min(next_plan_at) - now())::float8 FROM timers
                   WHERE plan_status = 'planned' AND state = 'active') AS planner_lead_seconds,
                 (SELECT count(*) FROM buckets b
                   WHERE NOT EXISTS (SELECT 1 FROM scanners s WHERE s.id = b.owner AND s.lease_until > now()))
-                  AS buckets_unowned,
-                (SELECT count(*) FROM scanners WHERE lease_until > now()) AS scanners_live",
+                  AS "buckets_unowned!",
+                (SELECT count(*) FROM scanners WHERE lease_until > now()) AS "scanners_live!""#
     )
     .fetch_one(pool)
     .await?;

@@ -107,7 +107,7 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
     let durations: Vec<i32> = outcomes.iter().map(|o| o.duration_ms).collect();
     let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
     let started: Vec<DateTime<Utc>> = outcomes.iter().map(|o| o.started_at).collect();
-    let result = sqlx::query(
+    let result = sqlx::query!(
         "WITH v AS (
             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::smallint[], $5::text[], $6::text[],
                                  $7::int[], $8::int[], $9::timestamptz[], $10::text[])
@@ -131,17 +131,17 @@ pub async fn finish(db: &PgPool, outcomes: &[Outcome]) -> Result<u64, sqlx::Erro
                 duration_ms = v.duration_ms, deferred_reason = v.deferred_reason
            FROM v
           WHERE t.id = v.id AND t.attempt = v.attempt AND t.status IN ('running', 'claimed')",
+        &ids,
+        &statuses as _,
+        &due as _,
+        &codes as _,
+        &excerpts as _,
+        &errors as _,
+        &durations,
+        &attempts,
+        &started,
+        &reasons as _
     )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&due)
-    .bind(&codes)
-    .bind(&excerpts)
-    .bind(&errors)
-    .bind(&durations)
-    .bind(&attempts)
-    .bind(&started)
-    .bind(&reasons)
     .execute(db)
     .await?;
     Ok(result.rows_affected())

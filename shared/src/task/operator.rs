@@ -13,15 +13,18 @@ use crate::namespace_policy;
 /// dead are left alone).
 pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
     let mut tx = db.begin().await?;
-    let dead: Vec<(i64, String)> = sqlx::query_as(
+    let dead: Vec<(i64, String)> = sqlx::query!(
         "SELECT t.id, tm.namespace FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.id = ANY($1) AND t.status = 'dead'
           ORDER BY tm.namespace, t.scheduled_at, t.id
             FOR UPDATE OF t",
+        ids
     )
-    .bind(ids)
     .fetch_all(&mut *tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|row| (row.id, row.namespace))
+    .collect();
     let mut replayed = Vec::with_capacity(dead.len());
     let mut due = Vec::with_capacity(dead.len());
     for namespace in dead.chunk_by(|a, b| a.1 == b.1) {
@@ -31,15 +34,15 @@ pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
             due.push(first + apart * i as i32);
         }
     }
-    let replayed = sqlx::query_scalar(
+    let replayed = sqlx::query_scalar!(
         "UPDATE tasks t SET status = 'pending', due_at = v.due_at, attempt = attempt + 1, finished_at = NULL,
                 claim_owner = NULL, claim_epoch = NULL, lease_until = NULL, deferred_reason = NULL
            FROM UNNEST($1::bigint[], $2::timestamptz[]) AS v(id, due_at)
           WHERE t.id = v.id AND t.status = 'dead'
          RETURNING t.id",
+        &replayed,
+        &due
     )
-    .bind(&replayed)
-    .bind(&due)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -60,10 +63,8 @@ pub async fn add_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) 
 /// budget (see [`namespace_policy::book_catch_up`]), oldest first.
 pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<Vec<i64>, sqlx::Error> {
     let mut tx = db.begin().await?;
-    let namespace: Option<String> = sqlx::query_scalar("SELECT namespace FROM timers WHERE id = $1")
-        .bind(timer_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let namespace =
+        sqlx::query_scalar!("SELECT namespace FROM timers WHERE id = $1", timer_id).fetch_optional(&mut *tx).await?;
     let Some(namespace) = namespace else {
         return Ok(Vec::new());
     };
@@ -80,18 +81,18 @@ async fn insert_occurrences(
     at: &[DateTime<Utc>],
     due: &[DateTime<Utc>],
 ) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
          SELECT tm.id, s.at, s.due_at, tm.version, $4, 'pending'
            FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at)
           WHERE tm.id = $1 AND tm.state = 'active'
          ON CONFLICT (timer_id, scheduled_at) DO NOTHING
          RETURNING id",
+        timer_id,
+        at,
+        due,
+        bucket_of(timer_id)
     )
-    .bind(timer_id)
-    .bind(at)
-    .bind(due)
-    .bind(bucket_of(timer_id))
     .fetch_all(db)
     .await
 }

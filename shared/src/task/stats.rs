@@ -16,14 +16,15 @@ pub struct Backlog {
 }
 
 pub async fn backlog(pool: &PgPool, limit: i64) -> Result<Backlog, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks
+    sqlx::query_as!(
+        Backlog,
+        r#"SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks
                                         WHERE status = 'pending' AND due_at <= now() - interval '1 second'
-                                        LIMIT $1) due) AS due,
+                                        LIMIT $1) due) AS "due!",
                 (SELECT extract(epoch FROM now() - min(due_at))::float8 FROM tasks
-                  WHERE status = 'pending' AND due_at <= now() - interval '1 second') AS oldest_seconds",
+                  WHERE status = 'pending' AND due_at <= now() - interval '1 second') AS oldest_seconds"#,
+        limit
     )
-    .bind(limit)
     .fetch_one(pool)
     .await
 }
@@ -46,24 +47,27 @@ pub async fn by_status(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<StatusCount>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT t.status, count(*) AS occurrences,
-                sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END)::bigint AS failed_attempts
+    sqlx::query_as!(
+        StatusCount,
+        r#"SELECT t.status AS "status: TaskStatus", count(*) AS "occurrences!",
+                sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END)::bigint AS "failed_attempts!"
            FROM timers tm
            JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at <= $3
           WHERE tm.namespace = $1 AND tm.state <> 'deleted'
-          GROUP BY 1",
+          GROUP BY 1"#,
+        namespace,
+        from,
+        to
     )
-    .bind(namespace)
-    .bind(from)
-    .bind(to)
     .fetch_all(pool)
     .await
 }
 
 /// Tasks still to run: pending (planned, a retry, a later turn), claimed or running.
 pub async fn unfinished(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE status IN ('pending', 'claimed', 'running')")
-        .fetch_one(pool)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "unfinished!" FROM tasks WHERE status IN ('pending', 'claimed', 'running')"#
+    )
+    .fetch_one(pool)
+    .await
 }
