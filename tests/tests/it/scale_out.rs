@@ -230,7 +230,12 @@ async fn three_scanners_and_executors_lose_nothing_and_repeat_only_calls_in_flig
                     format!("{r} {v}")
                 })
                 .collect();
-            println!("  executor {name} deferred: {}", deferred.join(", "));
+            let calls = |part: &str| {
+                metric_value(&text, &format!("punctual_callback_duration_seconds_{part}{{outcome=\"success\"}}"))
+                    .unwrap_or(0.0)
+            };
+            let mean_ms = 1000.0 * calls("sum") / calls("count").max(1.0);
+            println!("  executor {name} deferred: {}; its calls took {mean_ms:.0} ms on average", deferred.join(", "));
         }
     }
     let lost: Vec<&String> = expected.iter().filter(|k| !called.contains(k.as_str())).collect();
