@@ -3,6 +3,9 @@
 //! format and the settings. No Kafka client, HTTP server or telemetry: those are
 //! `punctual-runtime`'s, which only the services link.
 
+// The paths in the statements of `query_timer_rows!` name this crate as its users do.
+extern crate self as punctual_shared;
+
 pub mod api_key;
 pub mod bucket;
 pub mod config;
@@ -19,6 +22,7 @@ pub mod signing_secrets;
 pub mod target_guard;
 pub mod task;
 pub mod timer;
+pub mod timer_rows;
 pub mod timer_state;
 pub mod timer_store;
 pub mod trace_context;

@@ -79,7 +79,7 @@ impl Default for NamespaceLimits {
 }
 
 /// A namespace's limits as stored: `None` is the default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredLimits {
     pub max_concurrent_calls: Option<i32>,
     pub max_callback_timeout_ms: Option<i32>,
@@ -135,11 +135,9 @@ impl StoredLimits {
 }
 
 /// A namespace's policy as stored: a namespace without a row has the default one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredPolicy {
-    #[sqlx(flatten)]
     pub limits: StoredLimits,
-    #[sqlx(try_from = "Vec<String>")]
     pub kafka_topics: KafkaTopics,
     /// Hosts and networks its callbacks may reach besides public addresses (and those
     /// `PUNCTUAL_CALLBACK_ALLOW` opens for all).
@@ -184,18 +182,54 @@ pub struct NamespacePolicy {
     pub callback_allow: TargetGuard,
 }
 
-/// The columns of [`StoredPolicy`].
-const POLICY_COLUMNS: &str = "max_concurrent_calls, max_callback_timeout_ms, max_catch_up_per_second, \
-     max_fires_per_second, max_timers, min_fire_interval_ms, kafka_topics, callback_allow";
+/// A `namespaces` row as read: its name and [`StoredPolicy`]'s columns.
+struct PolicyRow {
+    namespace: String,
+    max_concurrent_calls: Option<i32>,
+    max_callback_timeout_ms: Option<i32>,
+    max_catch_up_per_second: Option<i32>,
+    max_fires_per_second: Option<i32>,
+    max_timers: Option<i32>,
+    min_fire_interval_ms: Option<i32>,
+    kafka_topics: Vec<String>,
+    callback_allow: Vec<String>,
+}
+
+impl PolicyRow {
+    fn into_policy(self) -> (String, StoredPolicy) {
+        let limits = StoredLimits {
+            max_concurrent_calls: self.max_concurrent_calls,
+            max_callback_timeout_ms: self.max_callback_timeout_ms,
+            max_catch_up_per_second: self.max_catch_up_per_second,
+            max_fires_per_second: self.max_fires_per_second,
+            max_timers: self.max_timers,
+            min_fire_interval_ms: self.min_fire_interval_ms,
+        };
+        let policy =
+            StoredPolicy { limits, kafka_topics: self.kafka_topics.into(), callback_allow: self.callback_allow };
+        (self.namespace, policy)
+    }
+}
+
+/// `sqlx::query_as!` of [`PolicyRow`]s: their columns from `namespaces`, then the string
+/// literal `$after` and the statement's arguments.
+macro_rules! query_policy_rows {
+    ($after:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            PolicyRow,
+            "SELECT namespace, max_concurrent_calls, max_callback_timeout_ms, max_catch_up_per_second,
+                    max_fires_per_second, max_timers, min_fire_interval_ms, kafka_topics, callback_allow
+               FROM namespaces "
+                + $after
+            $(, $arg)*
+        )
+    };
+}
 
 /// The namespace's stored policy (the default when it has no row).
 pub async fn get(db: impl PgExecutor<'_>, namespace: &str) -> Result<StoredPolicy, sqlx::Error> {
-    let stored: Option<StoredPolicy> =
-        sqlx::query_as(&format!("SELECT {POLICY_COLUMNS} FROM namespaces WHERE namespace = $1"))
-            .bind(namespace)
-            .fetch_optional(db)
-            .await?;
-    Ok(stored.unwrap_or_default())
+    let stored = query_policy_rows!("WHERE namespace = $1", namespace).fetch_optional(db).await?;
+    Ok(stored.map(|row| row.into_policy().1).unwrap_or_default())
 }
 
 /// Stores the namespace's policy (checked first with [`StoredPolicy::check`]).
@@ -233,33 +267,22 @@ pub async fn put(db: impl PgExecutor<'_>, namespace: &str, policy: &StoredPolicy
 /// The stored policies of the namespaces with a row, by name; only those of `visible`
 /// when given.
 pub async fn list(db: &PgPool, visible: Option<&[String]>) -> Result<Vec<(String, StoredPolicy)>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        namespace: String,
-        #[sqlx(flatten)]
-        policy: StoredPolicy,
-    }
-    let rows: Vec<Row> = sqlx::query_as(&format!(
-        "SELECT namespace, {POLICY_COLUMNS} FROM namespaces
-          WHERE $1::text[] IS NULL OR namespace = ANY($1) ORDER BY namespace"
-    ))
-    .bind(visible)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(|row| (row.namespace, row.policy)).collect())
+    let rows = query_policy_rows!("WHERE $1::text[] IS NULL OR namespace = ANY($1) ORDER BY namespace", visible as _)
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(PolicyRow::into_policy).collect())
 }
 
 /// The policy in force of every namespace that has a row; the others have the default.
 pub async fn all(db: &PgPool) -> Result<HashMap<String, NamespacePolicy>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        namespace: String,
-        #[sqlx(flatten)]
-        policy: StoredPolicy,
-    }
-    let rows: Vec<Row> =
-        sqlx::query_as(&format!("SELECT namespace, {POLICY_COLUMNS} FROM namespaces")).fetch_all(db).await?;
-    Ok(rows.into_iter().map(|row| (row.namespace, row.policy.effective())).collect())
+    let rows = query_policy_rows!("").fetch_all(db).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let (namespace, policy) = row.into_policy();
+            (namespace, policy.effective())
+        })
+        .collect())
 }
 
 /// Books `count` catch-up occurrences (replayed or backfilled) of `namespace` in its

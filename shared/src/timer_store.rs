@@ -169,13 +169,14 @@ pub async fn set_state(
     id: Uuid,
     new_state: TimerState,
 ) -> Result<Option<TimerRow>, sqlx::Error> {
-    sqlx::query_as::<_, TimerRow>(
+    crate::query_timer_rows!(
         "UPDATE timers SET state = $2
-          WHERE id = $1 AND state <> 'deleted' AND ($3::text[] IS NULL OR namespace = ANY($3)) RETURNING *",
+          WHERE id = $1 AND state <> 'deleted' AND ($3::text[] IS NULL OR namespace = ANY($3)) RETURNING",
+        "",
+        id,
+        new_state as _,
+        visible as _
     )
-    .bind(id)
-    .bind(new_state)
-    .bind(visible)
     .fetch_optional(pool)
     .await
 }

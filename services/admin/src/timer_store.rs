@@ -48,11 +48,12 @@ pub async fn update_definition(
 /// A live timer the caller sees; one in a namespace it cannot see is answered exactly as
 /// an unknown id.
 pub async fn fetch(pool: &PgPool, caller: &Caller, id: Uuid) -> Result<TimerRow, ApiError> {
-    sqlx::query_as::<_, TimerRow>(
-        "SELECT * FROM timers WHERE id = $1 AND state <> 'deleted' AND ($2::text[] IS NULL OR namespace = ANY($2))",
+    punctual_shared::query_timer_rows!(
+        "SELECT",
+        "FROM timers WHERE id = $1 AND state <> 'deleted' AND ($2::text[] IS NULL OR namespace = ANY($2))",
+        id,
+        caller.visible() as _
     )
-    .bind(id)
-    .bind(caller.visible())
     .fetch_optional(pool)
     .await?
     .ok_or_else(|| not_found(id))
@@ -66,16 +67,17 @@ pub async fn list(
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<TimerRow>, ApiError> {
-    Ok(sqlx::query_as::<_, TimerRow>(
-        "SELECT * FROM timers
+    Ok(punctual_shared::query_timer_rows!(
+        "SELECT",
+        "FROM timers
           WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
             AND ($4::text[] IS NULL OR namespace = ANY($4))
           ORDER BY id LIMIT $3",
+        namespace,
+        after,
+        limit,
+        caller.visible() as _
     )
-    .bind(namespace)
-    .bind(after)
-    .bind(limit)
-    .bind(caller.visible())
     .fetch_all(pool)
     .await?)
 }
