@@ -21,9 +21,6 @@ pub struct Turns {
     epoch: Instant,
     /// The calls' running mean, in µs (0: none yet).
     mean_us: AtomicU64,
-    /// The door's quicker pace, in µs (0: none yet): the shortest call, rising slowly
-    /// towards longer ones (see [`Turns::record`]).
-    quick_us: AtomicU64,
     /// When the next call held back is expected to get a turn, in µs since `epoch`: each
     /// held-back call books the turn after the last one booked, so that they come back
     /// spread at the calls' pace instead of all at once.
@@ -59,7 +56,6 @@ impl Turns {
             waiting: AtomicUsize::new(0),
             epoch: Instant::now(),
             mean_us: AtomicU64::new(0),
-            quick_us: AtomicU64::new(0),
             booked_us: AtomicU64::new(0),
             closed_until_us: AtomicU64::new(0),
             asked_us: AtomicU64::new(0),
@@ -99,34 +95,11 @@ impl Turns {
         let mean_us = self.mean_us.load(Ordering::Relaxed);
         let mean_us = if mean_us == 0 { took_us.max(1) } else { mean_us - mean_us / 16 + took_us / 16 };
         self.mean_us.store(mean_us, Ordering::Relaxed);
-        // The quicker pace follows a faster call at once and a slower one by 1/256 of the
-        // difference: a door that became slower for good is followed within a few hundred
-        // calls, a few slow ones barely move it.
-        let quick_us = self.quick_us.load(Ordering::Relaxed);
-        let quick_us =
-            if quick_us == 0 || took_us < quick_us { took_us.max(1) } else { quick_us + (took_us - quick_us) / 256 };
-        self.quick_us.store(quick_us, Ordering::Relaxed);
         mean_us
     }
 
     fn mean(&self) -> Duration {
         Duration::from_micros(self.mean_us.load(Ordering::Relaxed))
-    }
-
-    /// How long a call is taken to last when later turns are booked: the running mean, but
-    /// at most twice the door's quicker pace. A mean raised for a while (calls slowed by
-    /// the executor's own want of CPU, or a burst of redeliveries after a rebalance) would
-    /// otherwise spread the calls held back meanwhile far beyond when the door has room
-    /// for them: beside the whole test suite, a burst booked a call 41.8 s late at a door
-    /// answering in 300 ms. A call booked too soon is held back again, at the cost of a
-    /// round trip through Postgres and Kafka, not of lag.
-    fn booking_pace(&self) -> Duration {
-        let quick_us = self.quick_us.load(Ordering::Relaxed);
-        let mean = self.mean();
-        if quick_us == 0 {
-            return mean;
-        }
-        mean.min(Duration::from_micros(quick_us.saturating_mul(2)))
     }
 
     /// How long a call that starts waiting now should wait for its turn, from the calls
@@ -180,7 +153,7 @@ impl Turns {
         }
         if self.expected_wait() > turn_wait {
             self.held_back_us.store(self.micros_at(now).max(1), Ordering::Relaxed);
-            return Err(HeldBack { wait: self.book_later(now, self.booking_pace()), asked: false });
+            return Err(HeldBack { wait: self.book_later(now, self.mean()), asked: false });
         }
         let waited = {
             let _waiting = Waiting::new(gauge, &self.waiting);
@@ -194,7 +167,7 @@ impl Turns {
             Err(_) => {
                 let now = Instant::now();
                 self.held_back_us.store(self.micros_at(now).max(1), Ordering::Relaxed);
-                let per_call = if self.mean().is_zero() { turn_wait } else { self.booking_pace() };
+                let per_call = if self.mean().is_zero() { turn_wait } else { self.mean() };
                 Err(HeldBack { wait: self.book_later(now, per_call), asked: false })
             }
         }
@@ -263,27 +236,6 @@ mod tests {
         assert_eq!(turns.waiting.load(Ordering::Relaxed), 0);
         assert!(turns.has_demand(Instant::now()));
         assert!(!turns.has_demand(Instant::now() + DEMAND_MEMORY), "forgotten after a second");
-    }
-
-    /// A few slow calls raise the mean but not the pace held-back calls are booked at.
-    #[tokio::test]
-    async fn held_back_calls_are_booked_at_the_doors_quicker_pace() {
-        let gauge = IntGauge::new("waiting", "test").unwrap();
-        let turns = Turns::new(1);
-        for _ in 0..32 {
-            turns.record(10_000);
-        }
-        for _ in 0..8 {
-            turns.record(1_000_000);
-        }
-        assert!(turns.mean() > Duration::from_millis(300), "{:?}", turns.mean());
-        let _busy = turns.semaphore.clone().try_acquire_owned().unwrap();
-        // Expected to wait longer than 1 ms: held back at once, each booked a call after the other.
-        let first = turns.take(Duration::from_millis(1), &gauge).await.unwrap_err().wait;
-        let second = turns.take(Duration::from_millis(1), &gauge).await.unwrap_err().wait;
-        let apart = second.saturating_sub(first);
-        assert!(apart >= Duration::from_millis(20), "{first:?} then {second:?}");
-        assert!(apart < Duration::from_millis(150), "booked at the mean: {first:?} then {second:?}");
     }
 
     #[tokio::test]
