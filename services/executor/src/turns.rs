@@ -118,7 +118,8 @@ impl Turns {
         let limit = self.limit().max(1) as u64;
         let per_turn_us = (per_call.as_micros().min(u128::from(u64::MAX)) as u64 / limit).max(1);
         let now_us = self.micros_at(now);
-        let soonest_us = self.soonest_us(now_us);
+        let soonest_us = (now_us + self.expected_wait().max(MIN_HOLD_BACK).as_micros() as u64)
+            .max(self.closed_until_us.load(Ordering::Relaxed));
         let mut booked = self.booked_us.load(Ordering::Relaxed);
         loop {
             let turn_us = booked.max(soonest_us);
@@ -134,13 +135,6 @@ impl Turns {
         }
     }
 
-    /// The soonest a call held back at `now_us` may come back: after the calls waiting here
-    /// and after the door opens again, at least [`MIN_HOLD_BACK`].
-    fn soonest_us(&self, now_us: u64) -> u64 {
-        (now_us + self.expected_wait().max(MIN_HOLD_BACK).as_micros() as u64)
-            .max(self.closed_until_us.load(Ordering::Relaxed))
-    }
-
     /// A turn, waiting while the limit of calls is in flight, or `Err`: the door asked not
     /// to be called yet, or the turn would not come within `turn_wait` (expected from the calls waiting and their pace,
     /// or found by waiting that long), and the call is held back, booked after the others
@@ -148,19 +142,7 @@ impl Turns {
     /// that cannot keep up (a black hole, a target slower than the traffic aimed at it, a
     /// namespace at its limit) would otherwise fill them all. `gauge` counts the calls
     /// waiting.
-    ///
-    /// A `returning` call was held back here before, and comes back at the turn booked for
-    /// it: it keeps its place ahead of the calls held back after it. It waits for a turn
-    /// rather than being held back on the expectation, and if none comes it is booked at
-    /// the soonest turn without moving the others. Booked behind every call held back
-    /// since, as a new one is, a call could go round again and again under a burst: one
-    /// waited 41.8 s at a target answering in 300 ms.
-    pub async fn take(
-        &self,
-        turn_wait: Duration,
-        gauge: &IntGauge,
-        returning: bool,
-    ) -> Result<OwnedSemaphorePermit, HeldBack> {
+    pub async fn take(&self, turn_wait: Duration, gauge: &IntGauge) -> Result<OwnedSemaphorePermit, HeldBack> {
         let now = Instant::now();
         if self.micros_at(now) < self.closed_until_us.load(Ordering::Relaxed) {
             let per_call = Duration::from_micros(self.asked_us.load(Ordering::Relaxed)).max(self.mean());
@@ -169,7 +151,7 @@ impl Turns {
         if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {
             return Ok(permit);
         }
-        if !returning && self.expected_wait() > turn_wait {
+        if self.expected_wait() > turn_wait {
             self.held_back_us.store(self.micros_at(now).max(1), Ordering::Relaxed);
             return Err(HeldBack { wait: self.book_later(now, self.mean()), asked: false });
         }
@@ -184,14 +166,7 @@ impl Turns {
             // never answers) a call is taken to last the whole wait.
             Err(_) => {
                 let now = Instant::now();
-                let now_us = self.micros_at(now);
-                self.held_back_us.store(now_us.max(1), Ordering::Relaxed);
-                if returning {
-                    return Err(HeldBack {
-                        wait: Duration::from_micros(self.soonest_us(now_us) - now_us),
-                        asked: false,
-                    });
-                }
+                self.held_back_us.store(self.micros_at(now).max(1), Ordering::Relaxed);
                 let per_call = if self.mean().is_zero() { turn_wait } else { self.mean() };
                 Err(HeldBack { wait: self.book_later(now, per_call), asked: false })
             }
@@ -237,7 +212,7 @@ mod tests {
         turns.record(10_000);
         let _busy = turns.semaphore.clone().try_acquire_owned().unwrap();
         let turn_wait = Duration::from_millis(200);
-        let (first, second) = tokio::join!(turns.take(turn_wait, &gauge, false), turns.take(turn_wait, &gauge, false));
+        let (first, second) = tokio::join!(turns.take(turn_wait, &gauge), turns.take(turn_wait, &gauge));
         let (first, second) = (first.unwrap_err(), second.unwrap_err());
         let (first, second) = (first.wait.min(second.wait), first.wait.max(second.wait));
         assert!(first >= MIN_HOLD_BACK, "{first:?}");
@@ -257,40 +232,10 @@ mod tests {
         assert!(!turns.has_demand(Instant::now()));
         let _busy = turns.semaphore.clone().try_acquire_owned().unwrap();
         // Expected to wait 10 s: held back at once, without waiting.
-        turns.take(Duration::from_secs(1), &gauge, false).await.unwrap_err();
+        turns.take(Duration::from_secs(1), &gauge).await.unwrap_err();
         assert_eq!(turns.waiting.load(Ordering::Relaxed), 0);
         assert!(turns.has_demand(Instant::now()));
         assert!(!turns.has_demand(Instant::now() + DEMAND_MEMORY), "forgotten after a second");
-    }
-
-    /// A call held back before keeps its place: it waits for a turn where a new call would
-    /// be held back at once, and if none comes it is booked at the soonest turn, ahead of
-    /// the calls held back after it.
-    #[tokio::test]
-    async fn a_returning_call_keeps_its_place_ahead_of_those_held_back_after_it() {
-        let gauge = IntGauge::new("waiting", "test").unwrap();
-        let turns = Arc::new(Turns::new(1));
-        turns.record(1_000_000);
-        let busy = turns.semaphore.clone().try_acquire_owned().unwrap();
-        // Expected to wait a second: new calls are held back at once, a second's turn apart.
-        let mut last = Duration::ZERO;
-        for _ in 0..20 {
-            last = turns.take(Duration::from_millis(100), &gauge, false).await.unwrap_err().wait;
-        }
-        assert!(last >= Duration::from_secs(19), "{last:?}");
-        let again = turns.take(Duration::from_millis(100), &gauge, true).await.unwrap_err().wait;
-        assert!(again < Duration::from_secs(3), "booked behind the others: {again:?}");
-        let later = turns.take(Duration::from_millis(100), &gauge, false).await.unwrap_err().wait;
-        assert!(later > last, "the returning call moved no booking: {later:?} after {last:?}");
-        // A turn that comes while it waits is its.
-        let waiting = tokio::spawn({
-            let turns = turns.clone();
-            let gauge = gauge.clone();
-            async move { turns.take(Duration::from_secs(5), &gauge, true).await.is_ok() }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        drop(busy);
-        assert!(waiting.await.unwrap());
     }
 
     #[tokio::test]
@@ -299,7 +244,7 @@ mod tests {
         let turns = Turns::new(1);
         let _busy = turns.semaphore.clone().try_acquire_owned().unwrap();
         let turn_wait = Duration::from_millis(200);
-        let (first, second) = tokio::join!(turns.take(turn_wait, &gauge, false), turns.take(turn_wait, &gauge, false));
+        let (first, second) = tokio::join!(turns.take(turn_wait, &gauge), turns.take(turn_wait, &gauge));
         let (first, second) = (first.unwrap_err(), second.unwrap_err());
         let (first, second) = (first.wait.min(second.wait), first.wait.max(second.wait));
         assert!(second - first >= Duration::from_millis(150), "{first:?} then {second:?}");

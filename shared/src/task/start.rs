@@ -10,7 +10,6 @@ use sqlx::{FromRow, PgPool, Row};
 use uuid::Uuid;
 
 use super::action::{Action, ActionCache, RetryColumns, ACTION_COLUMNS, RETRY_COLUMNS};
-use super::finish::DeferReason;
 use super::message::TaskMessage;
 use crate::retry::RetryPolicy;
 use crate::timer::task_identity;
@@ -31,9 +30,6 @@ pub struct StartedTask {
     pub action: Arc<Action>,
     /// As the timer has it now: a change of retry policy changes no version.
     pub retry: RetryPolicy,
-    /// Why the occurrence was last deferred, as the same attempt (`deferred_reason`): a
-    /// call held back for a turn comes back with its place (see the executor's turns).
-    pub deferred_reason: Option<DeferReason>,
 }
 
 impl StartedTask {
@@ -92,7 +88,7 @@ pub async fn start(
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
         "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.claim_epoch AS epoch, now() AS started_at,
-                t.deferred_reason, tm.version AS timer_version,
+                tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
@@ -188,7 +184,6 @@ struct StartCandidate {
     due_at: DateTime<Utc>,
     epoch: i64,
     started_at: DateTime<Utc>,
-    deferred_reason: Option<DeferReason>,
     timer_version: i64,
     /// An interval or cron timer, whose version fires again.
     recurring: bool,
@@ -208,7 +203,6 @@ impl StartCandidate {
             started_at: self.started_at,
             action,
             retry: self.retry.into(),
-            deferred_reason: self.deferred_reason,
         }
     }
 }
@@ -222,7 +216,6 @@ struct MarkedStart {
     attempt: i32,
     due_at: DateTime<Utc>,
     started_at: DateTime<Utc>,
-    deferred_reason: Option<DeferReason>,
     #[sqlx(flatten)]
     action: Action,
     #[sqlx(flatten)]
@@ -298,10 +291,9 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
             UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
              WHERE t.id = w.id AND w.verdict = 'run'
-            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.started_at, t.deferred_reason
+            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.started_at
          )
-         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.due_at, s.started_at, s.deferred_reason,
-                {ACTION_COLUMNS},
+         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.due_at, s.started_at, {ACTION_COLUMNS},
                 {RETRY_COLUMNS}
            FROM waiting w
            LEFT JOIN started s ON s.id = w.id
@@ -333,7 +325,6 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                     started_at: row.started_at,
                     action: Arc::new(row.action),
                     retry: row.retry.into(),
-                    deferred_reason: row.deferred_reason,
                 });
             }
             "cancel" => report.not_started.cancelled += 1,

@@ -35,7 +35,8 @@ const TAKEOVER_BOUND: Duration = Duration::from_secs(10);
 /// claim's lease (30 s), which an occurrence left behind by a fault would wait for. Beside
 /// the whole suite the faults here have delayed first calls by up to 23 s. A call the
 /// executor held back for its target's turn is due again when it was booked; how far
-/// ahead it was booked is flow control, printed here (docs/semantics.md, "Fairness").
+/// ahead it was booked is printed, not bounded: bookings far beyond the target's pace are
+/// a known fault of the turn booking (docs/semantics.md, "Fairness").
 const LAG_BOUND: Duration = Duration::from_secs(28);
 
 /// A scanner's and an executor's default identity: host name and ops port.

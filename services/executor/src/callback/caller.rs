@@ -183,8 +183,8 @@ impl Caller {
     }
 
     /// A turn to call `target`, or held back (see [`Turns::take`]).
-    pub(super) async fn turn(&self, target: Arc<Target>, returning: bool) -> Result<Turn, HeldBack> {
-        let permit = target.turns.take(self.limits.turn_wait, &self.waiting, returning).await?;
+    pub(super) async fn turn(&self, target: Arc<Target>) -> Result<Turn, HeldBack> {
+        let permit = target.turns.take(self.limits.turn_wait, &self.waiting).await?;
         Ok(Turn { permit, target })
     }
 }

@@ -41,16 +41,11 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
     }
     let namespace_state = caller.namespaces.state(namespace);
     let (limits, namespace_turns) = (namespace_state.limits, &namespace_state.turns);
-    // A call held back before for want of a turn comes back with its place at that door.
-    let returning = |door: DeferReason| task.deferred_reason == Some(door);
-    let _namespace_turn = match namespace_turns
-        .take(caller.limits.turn_wait, &caller.waiting, returning(DeferReason::NamespaceLimit))
-        .await
-    {
+    let _namespace_turn = match namespace_turns.take(caller.limits.turn_wait, &caller.waiting).await {
         Ok(permit) => permit,
         Err(held) => return Attempt::held_back(namespace_turns.limit(), held.wait, DeferReason::NamespaceLimit),
     };
-    let turn = match caller.turn(target.clone(), returning(DeferReason::TargetLimit)).await {
+    let turn = match caller.turn(target.clone()).await {
         Ok(turn) => turn,
         Err(HeldBack { wait, asked: true }) => return Attempt::asked_to_wait(wait),
         Err(held) => return Attempt::held_back(target.turns.limit(), held.wait, DeferReason::TargetLimit),

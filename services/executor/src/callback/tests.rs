@@ -55,7 +55,6 @@ fn task_calling(url: &str) -> StartedTask {
             kafka_value: None,
         }),
         retry: RetryPolicy { max_attempts: 1, initial_ms: 1_000, multiplier: 2.0, max_ms: 60_000 },
-        deferred_reason: None,
     }
 }
 
