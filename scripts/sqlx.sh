@@ -32,17 +32,21 @@ case "$mode" in
 esac
 tool
 
-server=${2:-}
+server=${2:-} work= ours=
+drop() { sqlx database drop -y >/dev/null 2>&1 || true; }
+cleanup() {
+  [ -z "$ours" ] || drop
+  [ -z "$work" ] || scripts/stack.sh pg-purge "$work" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
 if [ -z "$server" ]; then
   work=$(mktemp -d /tmp/punctual-sqlx.XXXXXX)
-  trap 'scripts/stack.sh pg-purge "$work" >/dev/null 2>&1 || true' EXIT
   port=$(scripts/stack.sh free-port)
   scripts/stack.sh pg-start "$work" "$port" >/dev/null
   server="postgres://postgres@127.0.0.1:$port"
 fi
 export DATABASE_URL="$server/punctual_sqlx_$$"
-drop() { sqlx database drop -y >/dev/null 2>&1 || true; }
-trap 'drop; [ -z "${work:-}" ] || scripts/stack.sh pg-purge "$work" >/dev/null 2>&1 || true' EXIT
+ours=1
 drop
 sqlx database create
 sqlx migrate run --source migrations >/dev/null

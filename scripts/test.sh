@@ -138,7 +138,7 @@ if [ $# -eq 0 ]; then
   # The offline data of the SQL checked at compile time (.sqlx/) against the statements and
   # the migrations. Last: it touches the crates' sources to make the macros run again.
   stage sqlx-check scripts/sqlx.sh check "${PUNCTUAL_TEST_DATABASE_URL}"
-  timed sqlx-check wait_stages
+  wait_stages
 fi
 failed=()
 for log in "$logs"/*.log; do

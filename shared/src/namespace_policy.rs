@@ -267,7 +267,7 @@ pub async fn put(db: impl PgExecutor<'_>, namespace: &str, policy: &StoredPolicy
 /// The stored policies of the namespaces with a row, by name; only those of `visible`
 /// when given.
 pub async fn list(db: &PgPool, visible: Option<&[String]>) -> Result<Vec<(String, StoredPolicy)>, sqlx::Error> {
-    let rows = query_policy_rows!("WHERE $1::text[] IS NULL OR namespace = ANY($1) ORDER BY namespace", visible as _)
+    let rows = query_policy_rows!("WHERE $1::text[] IS NULL OR namespace = ANY($1) ORDER BY namespace", visible)
         .fetch_all(db)
         .await?;
     Ok(rows.into_iter().map(PolicyRow::into_policy).collect())

@@ -49,19 +49,18 @@ pub async fn seal_stored(
     .fetch_all(pool)
     .await?;
     for row in secrets {
-        let (id, namespace, secret) = (row.id, row.namespace, row.secret);
-        let opened = keys.open(&secret, Purpose::SigningSecret).map_err(|error| SealError::Open {
-            what: format!("a signing secret of namespace {namespace} ({id})"),
+        let opened = keys.open(&row.secret, Purpose::SigningSecret).map_err(|error| SealError::Open {
+            what: format!("a signing secret of namespace {} ({})", row.namespace, row.id),
             error,
         })?;
         let sealed = keys.seal(&opened, Purpose::SigningSecret);
-        if signing_secrets::reseal(pool, id, &secret, &sealed).await? {
+        if signing_secrets::reseal(pool, row.id, &row.secret, &sealed).await? {
             done.signing_secrets += 1;
         }
     }
     let mut after = Uuid::nil();
     loop {
-        let rows: Vec<(Uuid, Value, Value)> = sqlx::query!(
+        let rows = sqlx::query!(
             "SELECT id, http_headers, kafka_headers FROM timers
               WHERE id > $1 AND (http_headers <> '{}' OR kafka_headers <> '{}')
               ORDER BY id LIMIT $2",
@@ -69,23 +68,21 @@ pub async fn seal_stored(
             BATCH
         )
         .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|row| (row.id, row.http_headers, row.kafka_headers))
-        .collect();
-        let Some((last, _, _)) = rows.last() else { break };
-        after = *last;
+        .await?;
+        let Some(last) = rows.last() else { break };
+        after = last.id;
         let mut tx = pool.begin().await?;
         // The trigger leaves version and revision as they are for this transaction's updates.
         sqlx::query!("SET LOCAL punctual.resealing = 'on'").execute(&mut *tx).await?;
-        for (id, http, kafka) in &rows {
+        for row in &rows {
+            let (id, http, kafka) = (row.id, &row.http_headers, &row.kafka_headers);
             let what = |header: &str| format!("header {header} of timer {id}");
             let (http_new, kafka_new) = (reseal(keys, is_secret, http, &what)?, reseal(keys, is_secret, kafka, &what)?);
             if http_new.is_none() && kafka_new.is_none() {
                 continue;
             }
             let resealed = timer_store::Resealed {
-                id: *id,
+                id,
                 http_headers: (http, http_new.as_ref().unwrap_or(http)),
                 kafka_headers: (kafka, kafka_new.as_ref().unwrap_or(kafka)),
             };

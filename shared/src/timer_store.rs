@@ -132,7 +132,7 @@ pub async fn insert(pool: &PgPool, t: &NewTimer, max_timers: i64) -> Result<Time
 /// `revision`; `None` if it is not (or is gone).
 pub async fn update_definition(
     pool: &PgPool,
-    visible: Option<Vec<String>>,
+    visible: Option<&[String]>,
     id: Uuid,
     revision: i64,
     timer: &NewTimer,
@@ -165,7 +165,7 @@ pub async fn update_definition(
 /// continues from now).
 pub async fn set_state(
     pool: &PgPool,
-    visible: Option<Vec<String>>,
+    visible: Option<&[String]>,
     id: Uuid,
     new_state: TimerState,
 ) -> Result<Option<TimerRow>, sqlx::Error> {
@@ -175,7 +175,7 @@ pub async fn set_state(
         "",
         id,
         new_state as _,
-        visible as _
+        visible
     )
     .fetch_optional(pool)
     .await

@@ -100,8 +100,8 @@ impl Caller {
 
     /// The namespaces the key sees, to bind as a `text[]` that is NULL for all of them: the
     /// one form every scoped query takes (`$n::text[] IS NULL OR namespace = ANY($n)`).
-    pub fn visible(&self) -> Option<Vec<String>> {
-        self.namespaces.as_ref().map(|n| n.to_vec())
+    pub fn visible(&self) -> Option<&[String]> {
+        self.namespaces.as_deref()
     }
 
     pub fn sees(&self, namespace: &str) -> bool {
@@ -321,7 +321,7 @@ mod tests {
         assert!(writer.require_in("billing", Role::Read).is_ok());
         assert!(matches!(writer.require_in("other", Role::Read), Err(ApiError::Forbidden(_))));
         assert!(matches!(writer.require(Role::Admin), Err(ApiError::Forbidden(_))));
-        assert_eq!(writer.visible(), Some(vec!["billing".to_owned(), "ops".to_owned()]));
+        assert_eq!(writer.visible(), Some(&["billing".to_owned(), "ops".to_owned()][..]));
         let reader = scoped(Role::Read, &["billing"]);
         assert!(matches!(reader.require_in("billing", Role::Write), Err(ApiError::Forbidden(_))));
     }

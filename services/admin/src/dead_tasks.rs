@@ -115,7 +115,7 @@ async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Ve
         "SELECT t.id FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.id = ANY($1) AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
         ids,
-        caller.visible() as _
+        caller.visible()
     )
     .fetch_all(pool)
     .await?)
@@ -148,7 +148,7 @@ async fn replay_task(
             r#"SELECT t.status AS "status: TaskStatus" FROM tasks t JOIN timers tm ON tm.id = t.timer_id
               WHERE t.id = $1 AND ($2::text[] IS NULL OR tm.namespace = ANY($2))"#,
             id,
-            caller.visible() as _
+            caller.visible()
         )
         .fetch_optional(&state.pool)
         .await?;

@@ -129,8 +129,7 @@ fn view(state: &AppState, namespace: String, stored: StoredPolicy) -> Namespace 
 )]
 async fn list_namespaces(State(state): State<AppState>, caller: Caller) -> Result<Json<NamespaceList>, ApiError> {
     caller.require(Role::Read)?;
-    let visible = caller.visible();
-    let stored = namespace_policy::list(&state.pool, visible.as_deref()).await?;
+    let stored = namespace_policy::list(&state.pool, caller.visible()).await?;
     let namespaces = stored.into_iter().map(|(ns, policy)| view(&state, ns, policy)).collect();
     Ok(Json(NamespaceList { namespaces }))
 }

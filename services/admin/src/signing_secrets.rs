@@ -129,11 +129,10 @@ async fn list_signing_secrets(
     let signing_secrets = rows
         .into_iter()
         .map(|row| {
-            let (id, namespace, secret, created_at) = (row.id, row.namespace, row.secret, row.created_at);
             // A secret that does not open (sealed with a key no longer listed) shows no prefix.
-            let opened = state.secret_keys.open(&secret, Purpose::SigningSecret).unwrap_or_default();
+            let opened = state.secret_keys.open(&row.secret, Purpose::SigningSecret).unwrap_or_default();
             let prefix = format!("{}…", opened.get(..shown).unwrap_or(SECRET_PREFIX));
-            ListedSecret { id, namespace, prefix, created_at }
+            ListedSecret { id: row.id, namespace: row.namespace, prefix, created_at: row.created_at }
         })
         .collect();
     Ok(Json(SecretList { signing_secrets }))

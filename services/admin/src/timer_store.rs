@@ -52,7 +52,7 @@ pub async fn fetch(pool: &PgPool, caller: &Caller, id: Uuid) -> Result<TimerRow,
         "SELECT",
         "FROM timers WHERE id = $1 AND state <> 'deleted' AND ($2::text[] IS NULL OR namespace = ANY($2))",
         id,
-        caller.visible() as _
+        caller.visible()
     )
     .fetch_optional(pool)
     .await?
@@ -76,7 +76,7 @@ pub async fn list(
         namespace,
         after,
         limit,
-        caller.visible() as _
+        caller.visible()
     )
     .fetch_all(pool)
     .await?)

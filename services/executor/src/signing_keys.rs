@@ -53,18 +53,15 @@ impl SigningKeys {
     /// written with SQL) is left out and logged; the namespace's others still sign. A sealed
     /// one that does not open fails the whole read: the secrets held stay.
     pub async fn refresh(&self, pool: &PgPool) -> Result<(), RefreshError> {
-        let rows: Vec<(Uuid, String, String)> =
-            sqlx::query!("SELECT id, namespace, secret FROM signing_secrets ORDER BY namespace, created_at, id")
-                .fetch_all(pool)
-                .await?
-                .into_iter()
-                .map(|row| (row.id, row.namespace, row.secret))
-                .collect();
+        let rows = sqlx::query!("SELECT id, namespace, secret FROM signing_secrets ORDER BY namespace, created_at, id")
+            .fetch_all(pool)
+            .await?;
         let mut by_namespace: HashMap<String, Vec<SigningSecret>> = HashMap::new();
         let mut invalid = 0;
-        for (id, namespace, secret) in rows {
-            let secret = self.keys.open(&secret, Purpose::SigningSecret).map_err(|error| RefreshError::Sealed {
-                id,
+        for row in rows {
+            let namespace = row.namespace;
+            let secret = self.keys.open(&row.secret, Purpose::SigningSecret).map_err(|error| RefreshError::Sealed {
+                id: row.id,
                 namespace: namespace.clone(),
                 error,
             })?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use punctual_executor::group_watch::{describe, GroupView};
-use punctual_shared::timer::task_identity;
+use punctual_shared::timer::{identity_scheduled_at, identity_timer_id, task_identity};
 use punctual_testkit::load::{until, Load};
 use punctual_testkit::repeats::{Repeats, WRITE_BACK};
 use punctual_testkit::stack::metric_value;
@@ -296,8 +296,7 @@ struct TaskStory {
 
 /// Where the task of `key` (`timer_id:scheduled_at`) stands.
 async fn task_story(stack: &Stack, key: &str) -> String {
-    let Some((id, at)) = key.split_once(':') else { return format!("not a task identity: {key}") };
-    let (Ok(id), Ok(at)) = (id.parse::<Uuid>(), DateTime::parse_from_rfc3339(at)) else {
+    let (Some(id), Some(at)) = (identity_timer_id(key), identity_scheduled_at(key)) else {
         return format!("not a task identity: {key}");
     };
     sqlx::query_as::<_, TaskStory>(
@@ -305,7 +304,7 @@ async fn task_story(stack: &Stack, key: &str) -> String {
            FROM tasks WHERE timer_id = $1 AND scheduled_at = $2",
     )
     .bind(id)
-    .bind(at.with_timezone(&Utc))
+    .bind(at)
     .fetch_one(&stack.db.pool)
     .await
     .map_or_else(|e| format!("not read: {e}"), |story| format!("{story:?}"))
