@@ -46,9 +46,12 @@ pub struct ExecutorConfig {
     #[arg(long, env = "PUNCTUAL_MAX_CALLS_PER_TARGET", default_value_t = 512)]
     pub max_calls_per_target: usize,
     /// HTTP calls at once to one target always allowed. A target's limit starts here and
-    /// grows towards `PUNCTUAL_MAX_CALLS_PER_TARGET` while calls wait and the target answers
-    /// at its own pace (the calls' mean time within twice the shortest), and falls back
-    /// towards this when the answers take more than four times the shortest.
+    /// grows towards `PUNCTUAL_MAX_CALLS_PER_TARGET` while calls wait (or were held back)
+    /// and either the target answers at its own pace (the calls' mean time within twice the
+    /// shortest) or the limit is below what the calls aimed at it need at that pace (calls a
+    /// second × the shortest call). It falls back towards this for each call that times
+    /// out, cannot connect or is answered with a 5xx or 429, and when the answers take more
+    /// than four times the shortest while the limit is above that need.
     #[arg(long, env = "PUNCTUAL_MIN_CALLS_PER_TARGET", default_value_t = 16)]
     pub min_calls_per_target: usize,
     /// Longest a call waits for its turn at its target (see `PUNCTUAL_MAX_CALLS_PER_TARGET`)

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -184,6 +184,7 @@ impl Caller {
 
     /// A turn to call `target`, or held back (see [`Turns::take`]).
     pub(super) async fn turn(&self, target: Arc<Target>) -> Result<Turn, HeldBack> {
+        target.asked(Instant::now());
         let permit = target.turns.take(self.limits.turn_wait, &self.waiting).await?;
         Ok(Turn { permit, target })
     }

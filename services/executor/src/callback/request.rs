@@ -63,7 +63,12 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
         };
     let ended = Instant::now();
     let took = ended - started;
-    turn.end(ended, took);
+    // No answer in time, no connection, or an answer that says so.
+    let strained = match &answer {
+        Ok((status, _, _)) => *status >= 500 || *status == 429,
+        Err((_, retryable)) => *retryable,
+    };
+    turn.end(ended, took, strained);
     namespace_turns.record(took.as_micros().min(u128::from(u64::MAX)) as u64);
     let attempt = match answer {
         Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, took),

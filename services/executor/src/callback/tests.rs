@@ -207,33 +207,56 @@ fn a_limit_grows_while_calls_keep_pace_and_falls_back_when_they_slow_down() {
     assert_eq!(target.limit(), 16);
     let ms = Duration::from_millis;
     // Nobody waits: no reason to grow.
-    assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep);
+    assert_eq!(target.ended(Instant::now(), ms(100), false), Change::Keep);
     target.turns.waiting.store(3, Ordering::Relaxed);
     for expected in 17..=20 {
-        assert_eq!(target.ended(Instant::now(), ms(110)), Change::Grow);
+        assert_eq!(target.ended(Instant::now(), ms(110), false), Change::Grow);
         assert_eq!(target.limit(), expected);
     }
-    assert_eq!(target.ended(Instant::now(), ms(100)), Change::Keep, "at most `max`");
+    assert_eq!(target.ended(Instant::now(), ms(100), false), Change::Keep, "at most `max`");
     assert_eq!(target.turns.semaphore.available_permits(), 20);
-    // Answers slow down (a busy target, or this executor short of CPU): the running
-    // mean passes four times the shortest call, and the limit falls back to `min`.
+    // Answers slow down (a busy target, or this executor short of CPU) while few calls are
+    // aimed here: the running mean passes four times the shortest call, and the limit
+    // falls back to `min`.
     let mut changes = Vec::new();
     for _ in 0..60 {
-        changes.push(target.ended(Instant::now(), ms(1_000)));
+        changes.push(target.ended(Instant::now(), ms(1_000), false));
     }
     assert_eq!(changes.iter().filter(|c| **c == Change::Shrink).count(), 4, "{changes:?}");
     assert_eq!(target.limit(), 16);
     // In between (mean within two to four times the shortest): no change either way.
     let between = Target::new("http://t:80", limits(1, 64));
     between.turns.waiting.store(1, Ordering::Relaxed);
-    assert_eq!(between.ended(Instant::now(), ms(100)), Change::Grow);
+    assert_eq!(between.ended(Instant::now(), ms(100), false), Change::Grow);
     for _ in 0..60 {
-        between.ended(Instant::now(), ms(280));
+        between.ended(Instant::now(), ms(280), false);
     }
     let limit = between.limit();
     assert!(limit < 64, "the growth stopped as the mean passed twice the shortest: {limit}");
-    assert_eq!(between.ended(Instant::now(), ms(280)), Change::Keep);
+    assert_eq!(between.ended(Instant::now(), ms(280), false), Change::Keep);
     assert_eq!(between.limit(), limit);
+}
+
+/// A target answering each call in 300 ms with 200 calls a second aimed at it needs 60 at
+/// once, however long this executor, short of CPU, takes over each call.
+#[test]
+fn a_limit_grows_to_what_the_calls_aimed_at_the_target_need_at_its_pace() {
+    let target = Target::new("http://t:80", limits(16, 512));
+    let start = Instant::now();
+    for i in 0..=200u32 {
+        target.asked(start + Duration::from_millis(5 * u64::from(i)) + Duration::from_millis(1));
+    }
+    target.turns.waiting.store(100, Ordering::Relaxed);
+    let ms = Duration::from_millis;
+    assert_eq!(target.ended(Instant::now(), ms(300), false), Change::Grow);
+    // The calls take 2.5 to 5 times the target's 300 ms: no longer its pace.
+    let changes: Vec<Change> = (0..200).map(|i| target.ended(Instant::now(), ms(750 + 5 * i), false)).collect();
+    let limit = target.limit();
+    assert!((60..=61).contains(&limit), "grown to what the calls need, and no further: {limit} {changes:?}");
+    assert!(!changes.contains(&Change::Shrink), "{changes:?}");
+    // The target shows strain (timeouts, failed connections, 5xx): one turn fewer each.
+    assert_eq!(target.ended(Instant::now(), ms(30_000), true), Change::Shrink);
+    assert_eq!(target.limit(), limit - 1);
 }
 
 #[test]
