@@ -18,8 +18,8 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::Errors;
 use crate::state::AppState;
-use crate::timer_stats::{COUNTED_STATE, COUNTED_STATES};
 use punctual_shared::api_key::Role;
+use punctual_shared::timer_state::{COUNTED_STATE, COUNTED_STATES, NOT_DELETED};
 
 /// Occurrence statuses as counted: waiting (pending, claimed), running, succeeded, dead, cancelled.
 const OCCURRENCE_STATUSES: [&str; 5] = ["waiting", "running", "succeeded", "dead", "cancelled"];
@@ -65,7 +65,7 @@ async fn namespace_stats(
     let from = to - Duration::hours(1);
     let mut timers: BTreeMap<String, i64> = COUNTED_STATES.iter().map(|s| ((*s).to_owned(), 0)).collect();
     let counted: Vec<(String, i64)> = sqlx::query_as(&format!(
-        "SELECT {COUNTED_STATE}, count(*) FROM timers WHERE namespace = $1 AND state <> 'deleted' GROUP BY 1"
+        "SELECT {COUNTED_STATE}, count(*) FROM timers WHERE namespace = $1 AND {NOT_DELETED} GROUP BY 1"
     ))
     .bind(&namespace)
     .fetch_all(&state.pool)

@@ -4,20 +4,13 @@
 use std::time::Duration;
 
 use punctual_runtime::periodic::Ticks;
+use punctual_shared::timer_state::{COUNTED_STATE, COUNTED_STATES, NOT_DELETED};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
 pub const EVERY: Duration = Duration::from_secs(15);
-
-/// A timer's state as counted: `active`, `paused`, or, whatever that, `invalid` (refused by
-/// the planner) or `finished` (nothing left to plan).
-pub const COUNTED_STATE: &str = "CASE WHEN plan_status = 'invalid' THEN 'invalid'
-                                      WHEN plan_status = 'done' THEN 'finished'
-                                      ELSE state END";
-/// Every value of [`COUNTED_STATE`].
-pub const COUNTED_STATES: [&str; 4] = ["active", "paused", "invalid", "finished"];
 
 #[derive(sqlx::FromRow)]
 struct Count {
@@ -54,7 +47,7 @@ async fn count(pool: &PgPool, by_namespace: bool) -> Result<Vec<Count>, sqlx::Er
     sqlx::query_as(&format!(
         "SELECT {COUNTED_STATE} AS state, CASE WHEN $1 THEN namespace ELSE '' END AS namespace, count(*) AS timers
            FROM timers
-          WHERE state <> 'deleted'
+          WHERE {NOT_DELETED}
           GROUP BY 1, 2"
     ))
     .bind(by_namespace)

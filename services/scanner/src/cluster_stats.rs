@@ -40,6 +40,9 @@ struct Others {
 
 async fn read(pool: &PgPool) -> Result<Figures, sqlx::Error> {
     let backlog = task::stats::backlog(pool, BACKLOG_COUNT_LIMIT).await?;
+    // The timers' states spelled out, not bound: the partial index `timers_plan_due` serves
+    // only a statement whose condition is its own (the one timer-state literal outside
+    // shared::timer_state, whose tests check the index's spelling).
     let others = sqlx::query_as!(
         Others,
         r#"SELECT (SELECT extract(epoch FROM min(next_plan_at) - now())::float8 FROM timers

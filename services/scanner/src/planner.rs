@@ -102,10 +102,12 @@ impl Planner {
         let rows: Vec<TimerRow> = sqlx::query_as(&format!(
             "WITH {MEMBER}
              SELECT timers.* FROM timers {owned}
-              WHERE plan_status = 'new'
+              WHERE plan_status = '{new}'
                 AND punctual_timer_out_of_range(run_at, start_at, end_at, created_at,
                                                 delay_ms, interval_ms, catchup_window_ms) IS NULL
-              ORDER BY created_at LIMIT $3 FOR UPDATE OF timers SKIP LOCKED"
+              ORDER BY created_at LIMIT $3 FOR UPDATE OF timers SKIP LOCKED",
+            // Spelled into the text, not bound, for the partial index `timers_plan_new`.
+            new = PlanStatus::New.as_str(),
         ))
         .bind(&held.owner)
         .bind(held.epochs_by_bucket())
@@ -143,8 +145,12 @@ impl Planner {
         let rows: Vec<TimerRow> = sqlx::query_as(&format!(
             "WITH {MEMBER}
              SELECT timers.* FROM timers {owned}
-              WHERE plan_status = 'planned' AND state = 'active' AND next_plan_at < $3
-              ORDER BY next_plan_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED"
+              WHERE plan_status = '{planned}' AND state = '{active}' AND next_plan_at < $3
+              ORDER BY next_plan_at LIMIT $4 FOR UPDATE OF timers SKIP LOCKED",
+            // Spelled into the text, not bound: the partial index `timers_plan_due` serves
+            // only a statement whose condition is its own.
+            planned = PlanStatus::Planned.as_str(),
+            active = TimerState::Active.as_str(),
         ))
         .bind(&held.owner)
         .bind(held.epochs_by_bucket())

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::bucket::bucket_of;
 use crate::namespace_policy;
+use crate::timer_state::TimerState;
 
 /// Replays dead tasks: dead → pending, as a further attempt, due within their namespace's
 /// catch-up budget (see [`namespace_policy::book_catch_up`]): at once for a few, spread
@@ -85,13 +86,14 @@ async fn insert_occurrences(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
          SELECT tm.id, s.at, s.due_at, tm.version, $4, 'pending'
            FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at)
-          WHERE tm.id = $1 AND tm.state = 'active'
+          WHERE tm.id = $1 AND tm.state = $5
          ON CONFLICT (timer_id, scheduled_at) DO NOTHING
          RETURNING id",
         timer_id,
         at,
         due,
-        bucket_of(timer_id)
+        bucket_of(timer_id),
+        TimerState::Active.as_str()
     )
     .fetch_all(db)
     .await

@@ -13,6 +13,7 @@ use super::action::{Action, ActionCache, RetryColumns, ACTION_COLUMNS, RETRY_COL
 use super::message::TaskMessage;
 use crate::retry::RetryPolicy;
 use crate::timer::task_identity;
+use crate::timer_state::TimerState;
 
 /// A task that the executor now runs, with its timer's action and retry policy.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ pub async fn start(
         "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.claim_epoch AS epoch, now() AS started_at,
                 tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
-                (t.status = 'claimed' AND tm.state = 'active' AND tm.version = t.timer_version
+                (t.status = 'claimed' AND tm.state = '{active}' AND tm.version = t.timer_version
                  AND tm.overlap_policy = 'allow' AND tm.action_kind = 'http'
                  AND t.lease_until > greatest(now(), t.due_at) + (tm.http_timeout_ms + $3) * interval '1 millisecond')
                    AS unmarked
@@ -98,7 +99,8 @@ pub async fn start(
            JOIN tasks t ON t.id = m.id
            JOIN timers tm ON tm.id = t.timer_id
           WHERE t.attempt = m.attempt AND t.claim_epoch = m.epoch
-            AND t.due_at <= now() + $5 * interval '1 millisecond'"
+            AND t.due_at <= now() + $5 * interval '1 millisecond'",
+        active = TimerState::Active.as_str(),
     ))
     .bind(&ids)
     .bind(&attempts)
@@ -242,7 +244,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
         "WITH locked AS (
             SELECT t.id, t.timer_id, t.scheduled_at,
                    (t.status = 'claimed' OR (t.status = 'running' AND t.run_owner IS DISTINCT FROM $3)) AS startable,
-                   (tm.state = 'active' AND tm.version = t.timer_version) AS current, tm.overlap_policy
+                   (tm.state = '{active}' AND tm.version = t.timer_version) AS current, tm.overlap_policy
               FROM UNNEST($1::bigint[], $2::int[], $4::bigint[]) AS m(id, attempt, epoch)
               JOIN tasks t ON t.id = m.id
               JOIN timers tm ON tm.id = t.timer_id
@@ -297,7 +299,8 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                 {RETRY_COLUMNS}
            FROM waiting w
            LEFT JOIN started s ON s.id = w.id
-           LEFT JOIN timers tm ON tm.id = s.timer_id"
+           LEFT JOIN timers tm ON tm.id = s.timer_id",
+        active = TimerState::Active.as_str(),
     ))
     .bind(&ids)
     .bind(&attempts)

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::TaskStatus;
+use crate::timer_state::TimerState;
 
 /// The due backlog: pending tasks due more than a second ago (counted up to `limit`, so that
 /// a huge backlog costs a bounded read, through the index of pending tasks by due time),
@@ -53,11 +54,12 @@ pub async fn by_status(
                 sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END)::bigint AS "failed_attempts!"
            FROM timers tm
            JOIN tasks t ON t.timer_id = tm.id AND t.scheduled_at >= $2 AND t.scheduled_at <= $3
-          WHERE tm.namespace = $1 AND tm.state <> 'deleted'
+          WHERE tm.namespace = $1 AND tm.state <> $4
           GROUP BY 1"#,
         namespace,
         from,
-        to
+        to,
+        TimerState::Deleted.as_str()
     )
     .fetch_all(pool)
     .await
