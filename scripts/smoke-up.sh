@@ -21,6 +21,8 @@ id=$(cat "$PUNCTUAL_RUN_DIR/demo-timer.id")
 grep -q '^API key: pct_' "$PUNCTUAL_RUN_DIR/up.log" || fail "make up did not print the API key"
 auth=(-H "Authorization: Bearer $(cat "$PUNCTUAL_RUN_DIR/api-key")")
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$PUNCTUAL_ADMIN_ADDR/v1/timers")" = 401 ] || fail "the API answers without a key"
+grep -q "Console          http://$PUNCTUAL_ADMIN_ADDR/console/" "$PUNCTUAL_RUN_DIR/up.log" || fail "make up did not print the console"
+curl -fsS "http://$PUNCTUAL_ADMIN_ADDR/console/" | grep -q '<title>Punctual</title>' || fail "the console is not served"
 succeeded() {
   curl -fsS "${auth[@]}" "http://$PUNCTUAL_ADMIN_ADDR/v1/timers/$id/runs?status=succeeded&limit=1000" |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))'

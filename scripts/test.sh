@@ -62,11 +62,17 @@ broker_port=$(free_port)
 ) >"$logs/servers.log" 2>&1 &
 servers=$!
 pids+=("$servers")
+# The browser tests' Chromium, ChromeDriver and axe-core, installed meanwhile if missing.
+scripts/browser.sh tools >"$work/axe-path" 2>"$logs/browser-tools.log" &
+browser_tools=$!
+pids+=("$browser_tools")
 
 # One build of everything the stages and the tests run: the services, the CLI, the bench
 # harness, every test binary and the wheel's benchmark (in the test profile: no release build).
 timed build cargo build --workspace --bins --tests --benches
 wait "$servers" || { cat "$logs/servers.log"; echo "[test] the test run's Postgres or broker did not start"; exit 1; }
+wait "$browser_tools" || { cat "$logs/browser-tools.log"; echo "[test] the browser tests' tools are missing"; exit 1; }
+export PUNCTUAL_TEST_AXE="$(cat "$work/axe-path")"
 
 export PUNCTUAL_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port"
 export PUNCTUAL_TEST_KAFKA_BROKERS="127.0.0.1:$broker_port"

@@ -136,6 +136,7 @@ Punctual is up.
 API key: $API_KEY
   (an admin key, kept in ${run}/api-key; send it as Authorization: Bearer <key>)
 Secret key: kept in ${run}/secret-key (PUNCTUAL_SECRET_KEY: it seals the stored secrets; keep it)
+  Console          http://$ADMIN_ADDR/console/  (sign in with the API key above)
   CLI              export PUNCTUAL_ADDR=http://$ADMIN_ADDR PUNCTUAL_API_KEY=\$(cat ${run}/api-key)
                    target/debug/punctual timer list; target/debug/punctual run list --timer $id
   Admin API        http://$ADMIN_ADDR/v1/timers

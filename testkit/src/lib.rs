@@ -8,6 +8,7 @@
 //! and `PUNCTUAL_TEST_KAFKA_BROKERS`.
 
 pub mod black_hole;
+pub mod browser;
 pub mod extreme_values;
 pub mod load;
 pub mod process;

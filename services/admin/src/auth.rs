@@ -75,14 +75,16 @@ const REFUSED_CLIENTS_LOOKUPS: usize = 2;
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub key_id: Option<Uuid>,
+    /// The key's name (`auth disabled` when authentication is off).
+    pub name: Arc<str>,
     pub role: Role,
     /// The namespaces the key sees; `None`: all of them (an admin key).
     namespaces: Option<Arc<[String]>>,
 }
 
 impl Caller {
-    fn admin(key_id: Option<Uuid>) -> Self {
-        Self { key_id, role: Role::Admin, namespaces: None }
+    fn admin(key_id: Option<Uuid>, name: &str) -> Self {
+        Self { key_id, name: name.into(), role: Role::Admin, namespaces: None }
     }
 
     /// 403 unless the key's role includes `role`.
@@ -202,13 +204,13 @@ impl Authenticator {
 
     async fn caller(&self, key: &ApiKey) -> Result<Caller, ApiError> {
         let row = sqlx::query!(
-            "SELECT id, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL",
+            "SELECT id, name, role, namespaces FROM api_keys WHERE digest = $1 AND revoked_at IS NULL",
             key.digest()
         )
         .fetch_optional(&self.pool)
         .await?
-        .map(|row| (row.id, row.role, row.namespaces));
-        let Some((id, role, namespaces)) = row else {
+        .map(|row| (row.id, row.name, row.role, row.namespaces));
+        let Some((id, name, role, namespaces)) = row else {
             return Err(ApiError::Unauthenticated("unknown or revoked API key".into()));
         };
         let role: Role = role.parse().map_err(|e: String| {
@@ -216,8 +218,8 @@ impl Authenticator {
             ApiError::Unauthenticated("unknown or revoked API key".into())
         })?;
         Ok(match role {
-            Role::Admin => Caller::admin(Some(id)),
-            role => Caller { key_id: Some(id), role, namespaces: Some(namespaces.into()) },
+            Role::Admin => Caller::admin(Some(id), &name),
+            role => Caller { key_id: Some(id), name: name.into(), role, namespaces: Some(namespaces.into()) },
         })
     }
 
@@ -257,7 +259,7 @@ fn rate_limited(wait: Duration) -> ApiError {
 /// past the client's budget of requests without a valid key.
 pub async fn authenticate(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
     let caller = if auth.disabled {
-        Caller::admin(None)
+        Caller::admin(None, "auth disabled")
     } else {
         let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
         let client = peer.map(|peer| auth.proxies.client(peer, request.headers()));
@@ -309,6 +311,7 @@ mod tests {
     fn scoped(role: Role, namespaces: &[&str]) -> Caller {
         Caller {
             key_id: Some(Uuid::nil()),
+            name: "test".into(),
             role,
             namespaces: Some(namespaces.iter().map(|n| n.to_string()).collect::<Vec<_>>().into()),
         }
@@ -328,7 +331,7 @@ mod tests {
 
     #[test]
     fn an_admin_sees_every_namespace() {
-        let admin = Caller::admin(None);
+        let admin = Caller::admin(None, "test");
         assert!(admin.require_in("anything", Role::Admin).is_ok());
         assert_eq!(admin.visible(), None);
     }

@@ -5,10 +5,12 @@ pub mod auth;
 pub mod bulk_actions;
 pub mod client_address;
 pub mod config;
+pub mod console;
 pub mod dead_tasks;
 pub mod error;
 pub mod failed_auth;
 pub mod http_metrics;
+pub mod me;
 pub mod metrics;
 pub mod namespace_runs;
 pub mod namespace_stats;
@@ -97,6 +99,7 @@ impl App {
         let api = api.with_state(state).layer(axum::middleware::from_fn_with_state(authenticator, auth::authenticate));
         let router = api
             .merge(openapi::router(document))
+            .merge(console::router())
             .merge(ops::router(metrics.registry.clone(), readiness))
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn(query_check::refuse_nul))

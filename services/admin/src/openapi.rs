@@ -13,8 +13,8 @@ use utoipa_axum::router::OpenApiRouter;
 use crate::error::Problem;
 use crate::state::AppState;
 use crate::{
-    api_keys, bulk_actions, dead_tasks, namespace_runs, namespace_stats, namespaces, operator_actions, paused_targets,
-    signing_secrets, timer_runs, timers,
+    api_keys, bulk_actions, dead_tasks, me, namespace_runs, namespace_stats, namespaces, operator_actions,
+    paused_targets, signing_secrets, timer_runs, timers,
 };
 
 #[derive(OpenApi)]
@@ -93,6 +93,7 @@ pub fn routes() -> (Router<AppState>, Document) {
         .merge(namespace_stats::routes())
         .merge(namespaces::routes())
         .merge(paused_targets::routes())
+        .merge(me::routes())
         .merge(signing_secrets::routes())
         .merge(api_keys::routes())
         .split_for_parts();

@@ -1,0 +1,167 @@
+//! A headless Chromium driven through chromedriver (Debian's packages, which
+//! scripts/browser.sh installs), one per test: a driver of its own on a free port and a
+//! fresh profile, both gone when the [`Browser`] is dropped. Accessibility is checked with
+//! axe-core, whose script `make test` installs from the npm registry (pinned) and names in
+//! `PUNCTUAL_TEST_AXE`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::wd::TimeoutConfiguration;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::process::free_port;
+use crate::unique_name;
+
+pub struct Browser {
+    pub client: Client,
+    driver: tokio::process::Child,
+    profile: PathBuf,
+}
+
+/// One rule of axe-core that the page breaks.
+#[derive(Debug, Deserialize)]
+pub struct Violation {
+    pub id: String,
+    pub impact: Option<String>,
+    pub help: String,
+    pub targets: Vec<String>,
+}
+
+fn program(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+impl Browser {
+    /// A browser window of `width` × `height` pixels.
+    pub async fn start(width: u32, height: u32) -> Browser {
+        let chromedriver = program("PUNCTUAL_TEST_CHROMEDRIVER", "/usr/bin/chromedriver");
+        let chromium = program("PUNCTUAL_TEST_CHROMIUM", "/usr/bin/chromium");
+        let port = free_port();
+        let driver = tokio::process::Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{chromedriver} did not start ({e}): run scripts/browser.sh tools"));
+        let profile = std::env::temp_dir().join(unique_name("chromium-profile"));
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert("browserName".into(), json!("chrome"));
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                         "--disable-sync", "--disable-quic", format!("--window-size={width},{height}"),
+                         format!("--user-data-dir={}", profile.display())]
+            }),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        // The driver takes a moment to listen: a refused session is tried again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            match ClientBuilder::native().capabilities(capabilities.clone()).connect(&url).await {
+                Ok(client) => break client,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "chromedriver not ready yet");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("no browser session from {chromedriver} with {chromium}: {e}"),
+            }
+        };
+        client
+            .update_timeouts(TimeoutConfiguration::new(Some(Duration::from_secs(30)), None, None))
+            .await
+            .expect("timeouts set");
+        Browser { client, driver, profile }
+    }
+
+    /// Waits for the element `css` to be there (10 s at most).
+    pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+    }
+
+    /// Waits until `css` holds `text` (10 s at most) and returns its whole text.
+    pub async fn find_text(&self, css: &str, text: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = match self.client.find(Locator::Css(css)).await {
+                Ok(element) => element.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            if seen.contains(text) {
+                return seen;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{css} never held {text:?}; last: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Clicks the button labelled `label` (waiting 10 s at most for it).
+    pub async fn click_button(&self, label: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            for button in self.client.find_all(Locator::Css("button")).await.unwrap_or_default() {
+                if button.text().await.unwrap_or_default() == label {
+                    button.click().await.expect("button clicked");
+                    return;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no button {label:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// How many elements `css` matches now.
+    pub async fn count(&self, css: &str) -> usize {
+        self.client.find_all(Locator::Css(css)).await.map(|all| all.len()).unwrap_or(0)
+    }
+
+    /// The page as a PNG, written to `path`.
+    pub async fn screenshot(&self, path: &std::path::Path) {
+        let png = self.client.screenshot().await.expect("screenshot");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("screenshot folder");
+        }
+        std::fs::write(path, png).expect("screenshot written");
+    }
+
+    /// The WCAG 2.x A and AA rules the page as it stands breaks, by axe-core.
+    pub async fn accessibility_violations(&self) -> Vec<Violation> {
+        let path = std::env::var("PUNCTUAL_TEST_AXE")
+            .unwrap_or_else(|_| panic!("PUNCTUAL_TEST_AXE is not set: run the tests with `make test`"));
+        let axe = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        self.client.execute(&axe, vec![]).await.expect("axe-core loaded");
+        const RUN: &str = r#"
+            const done = arguments[arguments.length - 1];
+            axe.run(document, arguments[0])
+              .then(r => done({ ok: true, violations: r.violations.map(v => ({
+                  id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map(n => n.target.join(' ')) })) }))
+              .catch(e => done({ ok: false, error: String(e) }));"#;
+        let options = json!({
+            "runOnly": { "type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"] },
+            "resultTypes": ["violations"]
+        });
+        let out = self.client.execute_async(RUN, vec![options]).await.expect("axe-core ran");
+        assert_eq!(out["ok"], json!(true), "axe-core failed: {}", out["error"]);
+        serde_json::from_value(out["violations"].clone()).expect("axe-core's violations")
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // The session's browser goes with its driver (killed on drop), then its profile.
+        let _ = self.driver.start_kill();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
