@@ -43,6 +43,8 @@ impl Browser {
         let port = free_port();
         let driver = tokio::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
+            // Times on the pages and in the inputs the tests fill: UTC, whatever the host's.
+            .env("TZ", "UTC")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -102,7 +104,13 @@ impl Browser {
             if seen.contains(text) {
                 return seen;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{css} never held {text:?}; last: {seen:?}");
+            if tokio::time::Instant::now() >= deadline {
+                let page = match self.client.find(Locator::Css("body")).await {
+                    Ok(body) => body.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                panic!("{css} never held {text:?}; last: {seen:?}; the page:\n{page}");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -118,6 +126,43 @@ impl Browser {
                 }
             }
             assert!(tokio::time::Instant::now() < deadline, "no button {label:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Types `text` into the input `css`, replacing what it held.
+    pub async fn fill(&self, css: &str, text: &str) {
+        let input = self.find(css).await;
+        input.clear().await.expect("input cleared");
+        input.send_keys(text).await.expect("text typed");
+    }
+
+    /// Sets the value of the input `css` as a script would, and lets the page know (an
+    /// `input` event): for inputs typed into in a locale's format, such as dates.
+    pub async fn set_value(&self, css: &str, value: &str) {
+        self.find(css).await;
+        self.client
+            .execute(
+                "const el = document.querySelector(arguments[0]); el.value = arguments[1];
+                 el.dispatchEvent(new Event('input', { bubbles: true }));",
+                vec![json!(css), json!(value)],
+            )
+            .await
+            .expect("value set");
+    }
+
+    /// Waits until `css` is gone from the page or hidden (10 s at most).
+    pub async fn gone(&self, css: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let shown = match self.client.find(Locator::Css(css)).await {
+                Ok(element) => element.is_displayed().await.unwrap_or(false),
+                Err(_) => false,
+            };
+            if !shown {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{css} is still shown");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -10,11 +10,17 @@ use axum::routing::get;
 use axum::Router;
 
 /// The console's files: name, content type, content.
-const FILES: [(&str, &str, &[u8]); 4] = [
+const FILES: [(&str, &str, &[u8]); 10] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../console/index.html")),
+    ("style.css", "text/css; charset=utf-8", include_bytes!("../console/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../console/app.js")),
     ("api.js", "text/javascript; charset=utf-8", include_bytes!("../console/api.js")),
-    ("style.css", "text/css; charset=utf-8", include_bytes!("../console/style.css")),
+    ("dom.js", "text/javascript; charset=utf-8", include_bytes!("../console/dom.js")),
+    ("session.js", "text/javascript; charset=utf-8", include_bytes!("../console/session.js")),
+    ("schedule.js", "text/javascript; charset=utf-8", include_bytes!("../console/schedule.js")),
+    ("timers.js", "text/javascript; charset=utf-8", include_bytes!("../console/timers.js")),
+    ("timer.js", "text/javascript; charset=utf-8", include_bytes!("../console/timer.js")),
+    ("form.js", "text/javascript; charset=utf-8", include_bytes!("../console/form.js")),
 ];
 
 /// Scripts, styles and requests from this service only; no framing (clickjacking), no
@@ -48,6 +54,18 @@ fn file(name: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every file of services/admin/console/ is served, and nothing else.
+    #[test]
+    fn the_console_folder_is_what_is_served() {
+        let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/console");
+        let mut on_disk: Vec<String> =
+            std::fs::read_dir(folder).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut served: Vec<String> = FILES.iter().map(|(n, _, _)| (*n).to_owned()).collect();
+        on_disk.sort();
+        served.sort();
+        assert_eq!(on_disk, served);
+    }
 
     /// Every file the page loads is served: the shell names them, and each module the
     /// scripts import is one of them.

@@ -103,6 +103,10 @@ async fn trigger_timer(
 struct BackfillRequest {
     from: DateTime<Utc>,
     to: DateTime<Utc>,
+    /// Only count: how many occurrences the range holds and how many would be added,
+    /// without adding any (200 instead of 202).
+    #[serde(default)]
+    dry_run: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -115,12 +119,14 @@ struct Backfilled {
 
 /// Runs the schedule's occurrences from `from` (included) to `to` (excluded, not after
 /// now), at most 1,000, now, as occurrences of their own times (202). One that exists
-/// already (it ran, or is planned) is not run again.
+/// already (it ran, or is planned) is not run again. With `dry_run`, only counts them
+/// (200), so that a client can show what a backfill will add before it is confirmed.
 #[utoipa::path(
     post, path = "/v1/timers/{id}/backfill", tag = "operations", request_body = BackfillRequest,
     params(("id" = Uuid, Path, description = "The timer's id")),
     responses(
         (status = 202, description = "The occurrences added", body = Backfilled),
+        (status = 200, description = "A dry run: the occurrences that would be added", body = Backfilled),
         (status = 409, description = "The timer is not active", body = Problem,
          content_type = "application/problem+json"),
         UnknownTimer,
@@ -158,6 +164,11 @@ async fn backfill_timer(
         }
         at.push(t);
         next = schedule.next_after(timer.created_at, t);
+    }
+    if request.dry_run {
+        let existing = task::existing_occurrences(&state.pool, id, &at).await?;
+        let added = (at.len() as u64).saturating_sub(existing.max(0) as u64);
+        return Ok((StatusCode::OK, Json(Backfilled { occurrences: at.len(), added })));
     }
     let added = task::backfill(&state.pool, id, &at).await?.len() as u64;
     tracing::info!(timer_id = %id, from = %request.from, to = %request.to, occurrences = at.len(), added, "timer backfilled");

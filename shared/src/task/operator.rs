@@ -76,6 +76,18 @@ pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Resu
     Ok(added)
 }
 
+/// How many of the occurrences of `timer_id` at `at` exist already (ran, or planned): what
+/// a backfill of them would not add.
+pub async fn existing_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "existing!" FROM tasks WHERE timer_id = $1 AND scheduled_at = ANY($2)"#,
+        timer_id,
+        at
+    )
+    .fetch_one(db)
+    .await
+}
+
 async fn insert_occurrences(
     db: impl sqlx::PgExecutor<'_>,
     timer_id: Uuid,

@@ -66,7 +66,7 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     assert_accessible(&browser, "sign-in").await;
     sign_in(&browser, &console, &writer).await;
     let list = browser.find_text("main table", "nightly-report").await;
-    assert!(list.contains("heartbeat") && list.contains("cron 0 0 2 * * * (Europe/Berlin)"), "{list}");
+    assert!(list.contains("heartbeat") && list.contains("at 02:00 every day, Europe/Berlin"), "{list}");
     assert!(!list.contains("not-for-team-a"), "another namespace's timer is listed: {list}");
     let page = browser.find_text("main", "Timers").await;
     assert!(!page.contains("null") && !page.contains("undefined"), "{page}");
@@ -123,4 +123,101 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     browser.find_text("main h1", "nightly-report").await;
     browser.find("#definition").await;
     assert_eq!(browser.count("main button").await, 0, "a read key is offered no action");
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in UTC, as a `datetime-local` input holds it in the tests' browser.
+fn local(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_is_created_through_the_form_with_its_preview_and_field_errors_backfilled_edited_and_deleted() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    let writer = key(&stack, "ops-carol", "write", &["team-a", "team-c"]).await;
+    let console = stack.admin.url("/console/");
+    let browser = Browser::start(1280, 1000).await;
+    sign_in(&browser, &console, &writer).await;
+
+    // The form: the preview follows the schedule as it is typed; a wrong one is named
+    // beside its field, and so is a wrong URL when the form is sent.
+    browser.find("#new-timer").await.click().await.unwrap();
+    browser.fill("#f-name", "every-ten-minutes").await;
+    // Only the chosen kind of schedule's fields are shown.
+    browser.gone("#f-every").await;
+    browser.gone("#f-at").await;
+    browser.fill("#f-cron", "0 */10 * * * *").await;
+    browser.find("#preview li:nth-child(10)").await;
+    browser.fill("#f-cron", "0 */10 * * * * * *").await;
+    let error = browser.find("#error-f-cron:not([hidden])").await.text().await.unwrap();
+    assert!(error.contains("cron"), "the cron field's error is shown: {error}");
+    assert_eq!(browser.count("#preview li").await, 0, "no preview of a wrong schedule");
+    browser.fill("#f-cron", "0 */10 * * * *").await;
+    browser.gone("#error-f-cron").await;
+    browser.find("#preview li:nth-child(10)").await;
+    assert_accessible(&browser, "new timer").await;
+    browser.screenshot(&screenshot_path("new-timer")).await;
+    browser.click_button("Create").await;
+    let url_error = browser.find("#error-f-url:not([hidden])").await.text().await.unwrap();
+    assert!(!url_error.is_empty(), "the empty URL is named beside its field");
+    browser.fill("#f-url", &sink.url("/ten")).await;
+    browser.click_button("Create").await;
+    browser.find_text("main h1", "every-ten-minutes").await;
+    assert!(browser.find_text("dl.facts", "every 10 minutes").await.contains("team-a"));
+    let listed: Value =
+        stack.http.get(stack.admin.url("/v1/timers?namespace=team-a")).send().await.unwrap().json().await.unwrap();
+    let id = listed["timers"][0]["id"].as_str().unwrap().to_owned();
+
+    // Backfill the past hour: counted first, then confirmed.
+    let now = chrono::Utc::now();
+    browser.set_value("#backfill-from", &local(now - chrono::Duration::minutes(60))).await;
+    browser.set_value("#backfill-to", &local(now - chrono::Duration::minutes(1))).await;
+    browser.click_button("Count occurrences").await;
+    let counted = browser.find_text("#backfill-outcome", "will be added").await;
+    let numbers: Vec<usize> = counted.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
+    assert!(numbers.len() == 2 && numbers[0] == numbers[1] && (5..=6).contains(&numbers[0]), "{counted}");
+    // Runs of before the timer was made: the backfilled ones (its next occurrence may be
+    // planned already).
+    let created: chrono::DateTime<chrono::Utc> = listed["timers"][0]["created_at"].as_str().unwrap().parse().unwrap();
+    let backfilled = |runs: Vec<Value>| {
+        runs.iter()
+            .filter(|r| r["scheduled_at"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap() < created)
+            .count()
+    };
+    assert_eq!(backfilled(stack.runs(&id).await), 0, "counting adds nothing");
+    browser.click_button("Confirm backfill").await;
+    browser.find_text("#backfill-outcome", &format!("Backfilled: {} occurrences added.", numbers[0])).await;
+    assert_eq!(backfilled(stack.runs(&id).await), numbers[0]);
+
+    // An edit conditional on the revision read: a change made meanwhile is shown, not
+    // overwritten.
+    browser.find("#edit").await.click().await.unwrap();
+    browser.find_text("main h1", "Edit every-ten-minutes").await;
+    let timer: Value =
+        stack.http.get(stack.admin.url(&format!("/v1/timers/{id}"))).send().await.unwrap().json().await.unwrap();
+    let r = stack
+        .http
+        .patch(stack.admin.url(&format!("/v1/timers/{id}")))
+        .json(&json!({"revision": timer["revision"], "name": "renamed-meanwhile"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    browser.fill("#f-name", "every-ten-minutes-v2").await;
+    // The preview shown first: it moves the button down as it appears.
+    browser.find("#preview li:nth-child(10)").await;
+    browser.click_button("Save").await;
+    browser.find_text("#form-status", "changed since you opened it").await;
+    let now_named: Value =
+        stack.http.get(stack.admin.url(&format!("/v1/timers/{id}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(now_named["name"], "renamed-meanwhile");
+
+    // Delete, confirmed.
+    browser.client.goto(&format!("{console}#/timers/{id}")).await.unwrap();
+    browser.find_text("main h1", "renamed-meanwhile").await;
+    browser.click_button("Delete").await;
+    browser.click_button("Yes, delete it").await;
+    browser.find_text("main h1", "Timers").await;
+    let r = stack.http.get(stack.admin.url(&format!("/v1/timers/{id}"))).send().await.unwrap();
+    assert_eq!(r.status(), 404);
 }

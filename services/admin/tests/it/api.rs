@@ -565,11 +565,16 @@ async fn a_backfill_adds_a_past_ranges_occurrences_once() {
     };
     let path = format!("/v1/timers/{id}/backfill");
     let range = json!({"from": minute(10), "to": minute(5)});
+    // A dry run counts, and adds nothing.
+    let (status, _, counted) = api.post(&path, &json!({"from": minute(10), "to": minute(5), "dry_run": true})).await;
+    assert_eq!((status, counted), (200, json!({"occurrences": 5, "added": 5})));
     let (status, _, backfilled) = api.post(&path, &range).await;
     assert_eq!(status, 202, "{backfilled}");
     assert_eq!(backfilled, json!({"occurrences": 5, "added": 5}));
     let (_, _, again) = api.post(&path, &range).await;
     assert_eq!(again, json!({"occurrences": 5, "added": 0}), "never twice");
+    let (_, _, counted) = api.post(&path, &json!({"from": minute(12), "to": minute(5), "dry_run": true})).await;
+    assert_eq!(counted, json!({"occurrences": 7, "added": 2}), "those that exist are not counted as added");
     let due_now: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM tasks WHERE status = 'pending' AND due_at > now() - interval '1 minute'
             AND scheduled_at < now() - interval '4 minutes'",

@@ -1,0 +1,47 @@
+// Building pages: elements from data (text is never parsed as HTML), times, errors.
+import { ApiError } from "./api.js";
+
+export const main = document.getElementById("main");
+
+/** An element: `h("a", {href: "#"}, "text", child…)`; `on…` attributes are listeners. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === false || value === null || value === undefined) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (value === true) el.setAttribute(name, "");
+    else el.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+/** Shows a page: its title, then `content` (empty parts left out). */
+export function show(title, ...content) {
+  document.title = `${title} · Punctual`;
+  main.replaceChildren(h("h1", {}, title), ...content.filter((c) => c));
+  // A new page: read from its start, by a screen reader as by the eye.
+  main.focus({ preventScroll: true });
+  window.scrollTo(0, 0);
+}
+
+export function when(iso) {
+  if (!iso) return "—";
+  return h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString());
+}
+
+/** An API error (or any), as an alert naming the field at fault. */
+export function problem(error) {
+  const text = error instanceof ApiError && error.field ? `${error.field}: ${error.message}` : error.message;
+  return h("p", { class: "error", role: "alert" }, text);
+}
+
+/** A link within the console: `path` and its parameters (empty ones left out). */
+export function link(path, params = {}) {
+  const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v));
+  const text = query.toString();
+  return text ? `${path}?${text}` : path;
+}

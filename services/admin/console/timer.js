@@ -1,0 +1,197 @@
+// A timer's page: what it is, when it fires next, its latest runs, and what a write key
+// may do to it (pause, resume, trigger, backfill, edit, delete).
+import { api } from "./api.js";
+import { h, problem, show, when } from "./dom.js";
+import { describeSchedule } from "./schedule.js";
+import { canWrite } from "./session.js";
+
+/** A `datetime-local` input's value (the browser's own time zone) as an ISO instant. */
+export const instant = (value) => new Date(value).toISOString();
+
+function notice(text) {
+  document.getElementById("action-status").replaceChildren(h("p", { class: "notice" }, text));
+}
+
+function failed(error) {
+  document.getElementById("action-status").replaceChildren(problem(error));
+}
+
+function actionButton(id, label, path, done) {
+  return h(
+    "button",
+    {
+      type: "button",
+      onclick: async () => {
+        try {
+          await api("POST", `v1/timers/${id}/${path}`);
+          await timerPage(id);
+          notice(done);
+        } catch (error) {
+          failed(error);
+        }
+      },
+    },
+    label,
+  );
+}
+
+/** Delete, confirmed by a second button in its place. */
+function deleteButton(id) {
+  const holder = h("span", {});
+  const ask = h(
+    "button",
+    {
+      type: "button",
+      onclick: () => {
+        const confirmButton = h(
+          "button",
+          {
+            type: "button",
+            class: "danger",
+            onclick: async () => {
+              try {
+                await api("DELETE", `v1/timers/${id}`);
+                location.hash = "#/timers";
+              } catch (error) {
+                failed(error);
+              }
+            },
+          },
+          "Yes, delete it",
+        );
+        holder.replaceChildren(
+          confirmButton,
+          h("button", { type: "button", onclick: () => holder.replaceChildren(ask) }, "Keep it"),
+        );
+        confirmButton.focus();
+      },
+    },
+    "Delete",
+  );
+  holder.append(ask);
+  return holder;
+}
+
+/** Backfill a past range: counted first (a dry run), then confirmed. */
+function backfillForm(id) {
+  const from = h("input", { id: "backfill-from", name: "from", type: "datetime-local", step: 1, required: true });
+  const to = h("input", { id: "backfill-to", name: "to", type: "datetime-local", step: 1, required: true });
+  const outcome = h("div", { id: "backfill-outcome", "aria-live": "polite" });
+  const body = () => ({ from: instant(from.value), to: instant(to.value) });
+  const confirm = async () => {
+    try {
+      const done = await api("POST", `v1/timers/${id}/backfill`, { body: body() });
+      outcome.replaceChildren(h("p", { class: "notice" }, `Backfilled: ${done.added} occurrences added.`));
+    } catch (error) {
+      outcome.replaceChildren(problem(error));
+    }
+  };
+  return h(
+    "form",
+    {
+      class: "filters",
+      id: "backfill",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        try {
+          const counted = await api("POST", `v1/timers/${id}/backfill`, { body: { ...body(), dry_run: true } });
+          outcome.replaceChildren(
+            h("p", {}, `${counted.occurrences} occurrences in that range; ${counted.added} will be added.`),
+            counted.added > 0 ? h("button", { type: "button", class: "primary", onclick: confirm }, "Confirm backfill") : null,
+          );
+        } catch (error) {
+          outcome.replaceChildren(problem(error));
+        }
+      },
+    },
+    h("label", { for: "backfill-from" }, "From (your time)", from),
+    h("label", { for: "backfill-to" }, "To (your time)", to),
+    h("button", { type: "submit" }, "Count occurrences"),
+    outcome,
+  );
+}
+
+function runsTable(runs) {
+  if (!runs.length) return h("p", { id: "runs" }, "No runs yet.");
+  const rows = runs.map((r) =>
+    h(
+      "tr",
+      { "data-run": r.id },
+      h("td", {}, when(r.scheduled_at)),
+      h("td", {}, h("span", { class: `status-${r.status}` }, r.status)),
+      h("td", {}, r.attempt),
+      h("td", {}, r.http_status ?? "—"),
+      h("td", { class: "wide" }, r.duration_ms != null ? `${r.duration_ms} ms` : "—"),
+      h("td", { class: "wide" }, r.error || r.response_excerpt || ""),
+    ),
+  );
+  return h(
+    "div",
+    { class: "table" },
+    h(
+      "table",
+      { id: "runs" },
+      h("caption", { class: "skip" }, "Runs"),
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          ["Scheduled", "Status", "Attempt", "HTTP"].map((c) => h("th", { scope: "col" }, c)),
+          ["Duration", "Answer or error"].map((c) => h("th", { scope: "col", class: "wide" }, c)),
+        ),
+      ),
+      h("tbody", {}, rows),
+    ),
+  );
+}
+
+export async function timerPage(id) {
+  const timer = await api("GET", `v1/timers/${id}`);
+  const { runs } = await api("GET", `v1/timers/${id}/runs`, { query: { limit: 20 } });
+  const writable = canWrite();
+  const actions = writable
+    ? h(
+        "div",
+        { class: "actions" },
+        timer.state === "active"
+          ? actionButton(id, "Pause", "pause", "Paused.")
+          : actionButton(id, "Resume", "resume", "Resumed."),
+        actionButton(id, "Trigger now", "trigger", "Triggered: its run is below."),
+        timer.action.http ? h("a", { href: `#/timers/${id}/edit`, id: "edit" }, "Edit") : null,
+        deleteButton(id),
+      )
+    : null;
+  const facts = h(
+    "dl",
+    { class: "facts" },
+    [
+      ["Namespace", timer.namespace],
+      ["State", h("span", { class: `state-${timer.state}` }, timer.state)],
+      ["Schedule", describeSchedule(timer.schedule)],
+      ["Revision", timer.revision],
+      ["Misfire policy", timer.misfire_policy],
+      ["Overlap policy", timer.overlap_policy],
+      ["Created", when(timer.created_at)],
+      ["Updated", when(timer.updated_at)],
+    ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
+  );
+  const upcoming = timer.next_fire_times.length
+    ? h("ol", { id: "next-fire-times" }, timer.next_fire_times.map((t) => h("li", {}, when(t))))
+    : h("p", { id: "next-fire-times" }, "Nothing more to fire.");
+  show(
+    timer.name,
+    actions,
+    h("div", { "aria-live": "polite", id: "action-status" }),
+    facts,
+    h("h2", {}, "Next fire times"),
+    upcoming,
+    h("h2", {}, "Runs"),
+    runsTable(runs),
+    writable && timer.state === "active" ? h("h2", {}, "Backfill") : null,
+    writable && timer.state === "active" ? backfillForm(id) : null,
+    h("h2", {}, "Definition"),
+    h("pre", { id: "definition" }, JSON.stringify({ schedule: timer.schedule, action: timer.action, retry: timer.retry }, null, 2)),
+  );
+}
