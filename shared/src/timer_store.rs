@@ -181,6 +181,12 @@ pub async fn set_state(
     .await
 }
 
+/// The LIKE pattern of the names that begin with `prefix`: LIKE's own characters in it
+/// match themselves.
+pub fn name_prefix_pattern(prefix: &str) -> String {
+    format!("{}%", prefix.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+}
+
 /// The timers a bulk change names: one namespace's (which the caller has checked it may
 /// change), narrowed by a LIKE pattern of names or a list of ids.
 pub struct Selection<'a> {

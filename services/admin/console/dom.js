@@ -45,3 +45,23 @@ export function link(path, params = {}) {
   const text = query.toString();
   return text ? `${path}?${text}` : path;
 }
+
+/**
+ * A table of `rows` under `columns`: each `[label, {wide, unseen}]` (`wide`: hidden on a
+ * narrow screen; `unseen`: named for screen readers only), or null to leave it out.
+ */
+export function table(attrs, caption, columns, rows) {
+  const heading = ([label, { wide, unseen } = {}]) =>
+    h("th", { scope: "col", class: wide ? "wide" : null }, unseen ? h("span", { class: "skip" }, label) : label);
+  return h(
+    "div",
+    { class: "table" },
+    h(
+      "table",
+      attrs,
+      h("caption", { class: "skip" }, caption),
+      h("thead", {}, h("tr", {}, columns.filter((c) => c).map(heading))),
+      h("tbody", {}, rows),
+    ),
+  );
+}

@@ -1,7 +1,8 @@
 // A timer's page: what it is, when it fires next, its latest runs, and what a write key
 // may do to it (pause, resume, trigger, backfill, edit, delete).
 import { api } from "./api.js";
-import { h, problem, show, when } from "./dom.js";
+import { confirmed } from "./confirm.js";
+import { h, problem, show, table, when } from "./dom.js";
 import { describeSchedule } from "./schedule.js";
 import { canWrite } from "./session.js";
 
@@ -35,41 +36,16 @@ function actionButton(id, label, path, done) {
   );
 }
 
-/** Delete, confirmed by a second button in its place. */
+/** Delete, confirmed. */
 function deleteButton(id) {
-  const holder = h("span", {});
-  const ask = h(
-    "button",
-    {
-      type: "button",
-      onclick: () => {
-        const confirmButton = h(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            onclick: async () => {
-              try {
-                await api("DELETE", `v1/timers/${id}`);
-                location.hash = "#/timers";
-              } catch (error) {
-                failed(error);
-              }
-            },
-          },
-          "Yes, delete it",
-        );
-        holder.replaceChildren(
-          confirmButton,
-          h("button", { type: "button", onclick: () => holder.replaceChildren(ask) }, "Keep it"),
-        );
-        confirmButton.focus();
-      },
-    },
-    "Delete",
-  );
-  holder.append(ask);
-  return holder;
+  return confirmed("Delete", "Yes, delete it", async () => {
+    try {
+      await api("DELETE", `v1/timers/${id}`);
+      location.hash = "#/timers";
+    } catch (error) {
+      failed(error);
+    }
+  });
 }
 
 /** Backfill a past range: counted first (a dry run), then confirmed. */
@@ -125,26 +101,14 @@ function runsTable(runs) {
       h("td", { class: "wide" }, r.error || r.response_excerpt || ""),
     ),
   );
-  return h(
-    "div",
-    { class: "table" },
-    h(
-      "table",
-      { id: "runs" },
-      h("caption", { class: "skip" }, "Runs"),
-      h(
-        "thead",
-        {},
-        h(
-          "tr",
-          {},
-          ["Scheduled", "Status", "Attempt", "HTTP"].map((c) => h("th", { scope: "col" }, c)),
-          ["Duration", "Answer or error"].map((c) => h("th", { scope: "col", class: "wide" }, c)),
-        ),
-      ),
-      h("tbody", {}, rows),
-    ),
-  );
+  return table({ id: "runs" }, "Runs", [
+    ["Scheduled"],
+    ["Status"],
+    ["Attempt"],
+    ["HTTP"],
+    ["Duration", { wide: true }],
+    ["Answer or error", { wide: true }],
+  ], rows);
 }
 
 export async function timerPage(id) {

@@ -1,25 +1,82 @@
-// The timers page: the timers the key sees, by namespace, a page at a time.
+// The timers page: the timers the key sees, by namespace, name prefix and state, a page at
+// a time; with a namespace chosen, a write key may pause, resume or delete the timers
+// selected or every timer the filter matches.
 import { api } from "./api.js";
-import { h, link, show, when } from "./dom.js";
+import { confirmed } from "./confirm.js";
+import { h, link, problem, show, table, when } from "./dom.js";
 import { describeSchedule } from "./schedule.js";
-import { canWrite, session } from "./session.js";
+import { namespaceSelect } from "./namespaces.js";
+import { canWrite } from "./session.js";
 
-/** The namespaces to choose from: the key's own, or (an admin key) those with a policy. */
-export async function namespaceChoices() {
-  if (session.me.namespaces) return session.me.namespaces;
-  const { namespaces } = await api("GET", "v1/namespaces");
-  return namespaces.map((n) => n.namespace);
+const BULK = [
+  ["pause", "Pause", "paused"],
+  ["resume", "Resume", "resumed"],
+  ["delete", "Delete", "deleted"],
+];
+
+/** Runs a bulk action over `filter` until no timer is left to change; returns how many changed. */
+async function bulk(action, filter) {
+  let changed = 0;
+  for (;;) {
+    const result = await api("POST", `v1/timers/bulk/${action}`, { body: filter });
+    changed += result.changed.length;
+    if (!result.more || result.changed.length === 0) return changed;
+  }
+}
+
+function bulkActions(namespace, namePrefix, status) {
+  const selected = () => [...document.querySelectorAll("input[name=selected]:checked")].map((box) => box.value);
+  const report = async (work) => {
+    try {
+      const text = await work();
+      await timersPage(new URLSearchParams(location.hash.split("?")[1] || ""));
+      document.getElementById("bulk-status").replaceChildren(h("p", { class: "notice" }, text));
+    } catch (error) {
+      status.replaceChildren(problem(error));
+    }
+  };
+  const matching = namePrefix ? `every timer of ${namespace} whose name begins with “${namePrefix}”` : `every timer of ${namespace}`;
+  return h(
+    "div",
+    { class: "actions", id: "bulk" },
+    BULK.map(([action, label, done]) =>
+      h(
+        "button",
+        {
+          type: "button",
+          onclick: () =>
+            report(async () => {
+              const ids = selected();
+              if (!ids.length) throw new Error("Select timers first, or act on all that match.");
+              return `${await bulk(action, { namespace, ids })} ${done}.`;
+            }),
+        },
+        `${label} selected`,
+      ),
+    ),
+    BULK.map(([action, label, done]) =>
+      confirmed(`${label} all matching`, `Yes: ${label.toLowerCase()} ${matching}`, () =>
+        report(async () => {
+          const filter = { namespace };
+          if (namePrefix) filter.name_prefix = namePrefix;
+          return `${await bulk(action, filter)} ${done}.`;
+        }),
+      ),
+    ),
+  );
 }
 
 export async function timersPage(params) {
   const namespace = params.get("namespace") || "";
+  const namePrefix = params.get("name_prefix") || "";
+  const state = params.get("state") || "";
   const after = params.get("after") || "";
-  const choices = await namespaceChoices();
-  const select = h(
+  const select = await namespaceSelect(namespace);
+  const prefix = h("input", { id: "name-prefix", name: "name_prefix", value: namePrefix, autocomplete: "off" });
+  const stateSelect = h(
     "select",
-    { id: "namespace", name: "namespace" },
-    h("option", { value: "" }, "All you can see"),
-    choices.map((ns) => h("option", { value: ns, selected: ns === namespace }, ns)),
+    { id: "state", name: "state" },
+    [["", "Any"], ["active", "Active"], ["paused", "Paused"]].map(([v, text]) => h("option", { value: v, selected: v === state }, text)),
   );
   const filters = h(
     "form",
@@ -27,18 +84,24 @@ export async function timersPage(params) {
       class: "filters",
       onsubmit: (event) => {
         event.preventDefault();
-        location.hash = link("#/timers", { namespace: select.value });
+        location.hash = link("#/timers", { namespace: select.value, name_prefix: prefix.value.trim(), state: stateSelect.value });
       },
     },
     h("label", { for: "namespace" }, "Namespace", select),
+    h("label", { for: "name-prefix" }, "Name begins with", prefix),
+    h("label", { for: "state" }, "State", stateSelect),
     h("button", { type: "submit" }, "Show"),
     canWrite() ? h("a", { href: link("#/new", { namespace }), id: "new-timer" }, "New timer") : null,
   );
-  const page = await api("GET", "v1/timers", { query: { namespace, after, limit: 50 } });
+  const page = await api("GET", "v1/timers", { query: { namespace, name_prefix: namePrefix, state, after, limit: 50 } });
+  const selectable = canWrite() && namespace !== "";
   const rows = page.timers.map((t) =>
     h(
       "tr",
       { "data-timer": t.id },
+      selectable
+        ? h("td", {}, h("input", { type: "checkbox", name: "selected", value: t.id, "aria-label": `Select ${t.name}` }))
+        : null,
       h("td", {}, h("a", { href: `#/timers/${t.id}` }, t.name)),
       h("td", {}, t.namespace),
       h("td", {}, describeSchedule(t.schedule)),
@@ -46,28 +109,28 @@ export async function timersPage(params) {
       h("td", { class: "wide" }, when(t.next_fire_times[0])),
     ),
   );
-  const table = h(
-    "div",
-    { class: "table" },
-    h(
-      "table",
-      {},
-      h("caption", { class: "skip" }, "Timers"),
-      h(
-        "thead",
-        {},
-        h(
-          "tr",
-          {},
-          ["Name", "Namespace", "Schedule", "State"].map((c) => h("th", { scope: "col" }, c)),
-          h("th", { scope: "col", class: "wide" }, "Next fire"),
-        ),
-      ),
-      h("tbody", {}, rows),
-    ),
-  );
+  const list = table({}, "Timers", [
+    selectable ? ["Selected", { unseen: true }] : null,
+    ["Name"],
+    ["Namespace"],
+    ["Schedule"],
+    ["State"],
+    ["Next fire", { wide: true }],
+  ], rows);
   const more = page.next_after
-    ? h("p", {}, h("a", { href: link("#/timers", { namespace, after: page.next_after }), id: "next-page" }, "Next page"))
+    ? h(
+        "p",
+        {},
+        h("a", { href: link("#/timers", { namespace, name_prefix: namePrefix, state, after: page.next_after }), id: "next-page" }, "Next page"),
+      )
     : null;
-  show("Timers", filters, rows.length ? table : h("p", {}, "No timers here."), more);
+  const status = h("div", { id: "bulk-status", "aria-live": "polite" });
+  show(
+    "Timers",
+    filters,
+    selectable ? bulkActions(namespace, namePrefix, status) : null,
+    status,
+    rows.length ? list : h("p", {}, "No timers here."),
+    more,
+  );
 }

@@ -96,9 +96,7 @@ async fn bulk_change_timers(
     if filter.ids.as_ref().is_some_and(|ids| ids.len() as i64 > MAX_PER_CALL) {
         return Err(FieldError::new("ids", format!("at most {MAX_PER_CALL} ids")).into());
     }
-    // LIKE's own characters in the prefix match themselves.
-    let pattern =
-        filter.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let pattern = filter.name_prefix.as_deref().map(timer_store::name_prefix_pattern);
     let selection = timer_store::Selection {
         namespace: &filter.namespace,
         name_pattern: pattern.as_deref(),

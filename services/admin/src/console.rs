@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 
 /// The console's files: name, content type, content.
-const FILES: [(&str, &str, &[u8]); 10] = [
+const FILES: [(&str, &str, &[u8]); 13] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../console/index.html")),
     ("style.css", "text/css; charset=utf-8", include_bytes!("../console/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../console/app.js")),
@@ -21,6 +21,9 @@ const FILES: [(&str, &str, &[u8]); 10] = [
     ("timers.js", "text/javascript; charset=utf-8", include_bytes!("../console/timers.js")),
     ("timer.js", "text/javascript; charset=utf-8", include_bytes!("../console/timer.js")),
     ("form.js", "text/javascript; charset=utf-8", include_bytes!("../console/form.js")),
+    ("confirm.js", "text/javascript; charset=utf-8", include_bytes!("../console/confirm.js")),
+    ("dead.js", "text/javascript; charset=utf-8", include_bytes!("../console/dead.js")),
+    ("namespaces.js", "text/javascript; charset=utf-8", include_bytes!("../console/namespaces.js")),
 ];
 
 /// Scripts, styles and requests from this service only; no framing (clickjacking), no

@@ -61,10 +61,18 @@ pub async fn fetch(pool: &PgPool, caller: &Caller, id: Uuid) -> Result<TimerRow,
 }
 
 /// A page of the live timers the caller sees, by id, in one namespace or all.
+/// What a listing of timers is narrowed to.
+pub struct ListFilter<'a> {
+    pub namespace: Option<&'a str>,
+    /// A LIKE pattern of names.
+    pub name_pattern: Option<String>,
+    pub state: Option<TimerState>,
+}
+
 pub async fn list(
     pool: &PgPool,
     caller: &Caller,
-    namespace: Option<&str>,
+    filter: &ListFilter<'_>,
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<TimerRow>, ApiError> {
@@ -75,11 +83,14 @@ pub async fn list(
         "FROM timers
           WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
             AND ($4::text[] IS NULL OR namespace = ANY($4))
+            AND ($5::text IS NULL OR name LIKE $5) AND ($6::text IS NULL OR state = $6)
           ORDER BY id LIMIT $3",
-        namespace,
+        filter.namespace,
         after,
         limit,
-        caller.visible()
+        caller.visible(),
+        filter.name_pattern.as_deref(),
+        filter.state.map(TimerState::as_str)
     )
     .fetch_all(pool)
     .await?)

@@ -149,6 +149,10 @@ struct ListQuery {
     limit: Option<i64>,
     /// Cursor: the previous page's `next_after`.
     after: Option<Uuid>,
+    /// Only the timers whose name begins with this.
+    name_prefix: Option<String>,
+    /// Only the timers in this state (`active` or `paused`).
+    state: Option<TimerState>,
 }
 
 /// The timers the key sees, by id.
@@ -166,7 +170,15 @@ async fn list_timers(
     if let Some(namespace) = &q.namespace {
         caller.require_in(namespace, Role::Read)?;
     }
-    let rows = timer_store::list(&state.pool, &caller, q.namespace.as_deref(), q.after, limit).await?;
+    if q.state == Some(TimerState::Deleted) {
+        return Err(FieldError::new("state", "deleted timers are not listed: active or paused").into());
+    }
+    let filter = timer_store::ListFilter {
+        namespace: q.namespace.as_deref(),
+        name_pattern: q.name_prefix.as_deref().map(punctual_shared::timer_store::name_prefix_pattern),
+        state: q.state,
+    };
+    let rows = timer_store::list(&state.pool, &caller, &filter, q.after, limit).await?;
     let now = Utc::now();
     let next_after = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
     Ok(Json(TimerPage { timers: rows.iter().map(|r| state.view(r, now)).collect(), next_after }))

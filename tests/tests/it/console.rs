@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use punctual_testkit::browser::Browser;
-use punctual_testkit::{eventually, Sink, Stack};
+use punctual_testkit::{eventually, Behaviour, Sink, Stack};
 use serde_json::{json, Value};
 
 async fn key(stack: &Stack, name: &str, role: &str, namespaces: &[&str]) -> String {
@@ -220,4 +220,78 @@ async fn a_timer_is_created_through_the_form_with_its_preview_and_field_errors_b
     browser.find_text("main h1", "Timers").await;
     let r = stack.http.get(stack.admin.url(&format!("/v1/timers/{id}"))).send().await.unwrap();
     assert_eq!(r.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_matching_a_filter_are_paused_in_bulk_and_a_dead_letter_is_replayed() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    let writer = key(&stack, "ops-dave", "write", &["team-a"]).await;
+    let mut batch = Vec::new();
+    for name in ["batch-1", "batch-2", "batch-3", "other-1"] {
+        let timer = stack
+            .create_timer(&json!({"namespace": "team-a", "name": name, "schedule": {"every_ms": 3_600_000},
+                "action": {"http": {"url": sink.url("/batch")}}}))
+            .await;
+        batch.push(timer["id"].as_str().unwrap().to_owned());
+    }
+    // An occurrence that fails for good (404 is not retried): a dead letter.
+    sink.behave("/gone-once", Behaviour::fail_first(1, 404));
+    let doomed = stack
+        .create_timer(&json!({"namespace": "team-a", "name": "doomed", "schedule": {"at": chrono::Utc::now()},
+            "action": {"http": {"url": sink.url("/gone-once")}}}))
+        .await;
+    let doomed = doomed["id"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(30), "the dead letter", || async {
+        stack.runs(&doomed).await.iter().any(|r| r["status"] == "dead").then_some(())
+    })
+    .await;
+    let console = stack.admin.url("/console/");
+    let browser = Browser::start(1280, 1000).await;
+    sign_in(&browser, &console, &writer).await;
+
+    // Everything a filter matches, paused after a confirmation; then one selected, resumed.
+    browser.client.goto(&format!("{console}#/timers?namespace=team-a&name_prefix=batch-")).await.unwrap();
+    let list = browser.find_text("main table", "batch-3").await;
+    assert!(!list.contains("other-1"), "{list}");
+    browser.click_button("Pause all matching").await;
+    browser.click_button("Yes: pause every timer of team-a whose name begins with “batch-”").await;
+    browser.find_text("#bulk-status", "3 paused.").await;
+    let state = |i: usize| {
+        let (stack, id) = (&stack, batch[i].clone());
+        async move {
+            let timer: Value = stack
+                .http
+                .get(stack.admin.url(&format!("/v1/timers/{id}")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            timer["state"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(
+        [state(0).await, state(1).await, state(2).await, state(3).await],
+        ["paused", "paused", "paused", "active"]
+    );
+    browser.find(&format!("input[value='{}']", batch[0])).await.click().await.unwrap();
+    browser.click_button("Resume selected").await;
+    browser.find_text("#bulk-status", "1 resumed.").await;
+    assert_eq!([state(0).await, state(1).await], ["active", "paused"]);
+    assert_accessible(&browser, "timers, filtered").await;
+
+    // The dead letter, replayed: called again, it succeeds.
+    browser.find("a[href='#/dead']").await.click().await.unwrap();
+    browser.find_text("#dead", &doomed[..8]).await;
+    assert_accessible(&browser, "dead letters").await;
+    browser.screenshot(&screenshot_path("dead-letters")).await;
+    browser.click_button("Replay").await;
+    browser.find_text("#replay-status", "1 replayed.").await;
+    eventually(Duration::from_secs(30), "the replayed occurrence succeeded", || async {
+        stack.runs(&doomed).await.iter().any(|r| r["status"] == "succeeded").then_some(())
+    })
+    .await;
+    assert_eq!(sink.calls_to("/gone-once").len(), 2, "called once more, by the replay");
 }

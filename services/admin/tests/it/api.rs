@@ -54,6 +54,40 @@ async fn create_get_list_pause_resume_delete() {
     assert_eq!(api.post("/v1/timers", &example()).await.0, 201);
 }
 
+/// A listing narrowed by a name prefix (LIKE's own characters matching themselves) and by
+/// state, as the console's filters ask for it.
+#[tokio::test]
+async fn timers_are_listed_by_name_prefix_and_state() {
+    let api = spawn_api().await;
+    let mut ids = std::collections::HashMap::new();
+    for name in ["report_daily", "report-weekly", "reportXdaily", "cleanup"] {
+        let mut body = example();
+        body["name"] = json!(name);
+        let (status, _, timer) = api.post("/v1/timers", &body).await;
+        assert_eq!(status, 201, "{timer}");
+        ids.insert(name, timer["id"].as_str().unwrap().to_owned());
+    }
+    api.post(&format!("/v1/timers/{}/pause", ids["report-weekly"]), &json!({})).await;
+    let names = |list: &Value| {
+        let mut names: Vec<String> =
+            list["timers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+        names.sort();
+        names
+    };
+    let (_, _, list) = api.get("/v1/timers?namespace=billing&name_prefix=report").await;
+    assert_eq!(names(&list), ["report-weekly", "reportXdaily", "report_daily"]);
+    let (_, _, list) = api.get("/v1/timers?namespace=billing&name_prefix=report_").await;
+    assert_eq!(names(&list), ["report_daily"], "_ matches itself, not any character");
+    let (_, _, list) = api.get("/v1/timers?namespace=billing&state=paused").await;
+    assert_eq!(names(&list), ["report-weekly"]);
+    let (_, _, list) = api.get("/v1/timers?namespace=billing&name_prefix=report&state=active").await;
+    assert_eq!(names(&list), ["reportXdaily", "report_daily"]);
+    let (status, _, problem) = api.get("/v1/timers?state=deleted").await;
+    assert_eq!((status, &problem["field"]), (422, &json!("state")), "{problem}");
+    let (status, _, problem) = api.get("/v1/timers?state=sleeping").await;
+    assert_eq!(status, 400, "{problem}");
+}
+
 #[tokio::test]
 async fn each_schedule_kind_is_accepted() {
     let api = spawn_api().await;

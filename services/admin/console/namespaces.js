@@ -1,0 +1,22 @@
+// The namespaces a page offers to choose from.
+import { api } from "./api.js";
+import { h } from "./dom.js";
+import { session } from "./session.js";
+
+/** The key's own namespaces, or (an admin key) those with a policy of their own. */
+export async function namespaceChoices() {
+  if (session.me.namespaces) return session.me.namespaces;
+  const { namespaces } = await api("GET", "v1/namespaces");
+  return namespaces.map((n) => n.namespace);
+}
+
+/** A select of the namespaces, "All you can see" first, `current` chosen. */
+export async function namespaceSelect(current) {
+  const choices = await namespaceChoices();
+  return h(
+    "select",
+    { id: "namespace", name: "namespace" },
+    h("option", { value: "" }, "All you can see"),
+    choices.map((ns) => h("option", { value: ns, selected: ns === current }, ns)),
+  );
+}
