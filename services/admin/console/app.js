@@ -1,11 +1,12 @@
 // Punctual's console: pages over the public API, routed by the URL's fragment
-// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/dead), so that the service serves the
+// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/runs, #/dead), so that the service serves the
 // same few files for every page.
 import { api, key } from "./api.js";
 import { deadPage } from "./dead.js";
 import { h, main, problem, show } from "./dom.js";
 import { timerForm } from "./form.js";
 import { session } from "./session.js";
+import { runsPage } from "./runs.js";
 import { timerPage } from "./timer.js";
 import { timersPage } from "./timers.js";
 
@@ -51,6 +52,7 @@ async function route() {
     else if ((m = path.match(new RegExp(`^/timers/(${ID})/edit$`)))) await timerForm({ id: m[1] });
     else if (path === "/new") await timerForm({ namespace: params.get("namespace") || "" });
     else if (path === "/dead") await deadPage(params);
+    else if (path === "/runs") await runsPage(params);
     else await timersPage(params);
   } catch (error) {
     if (error.status === 401) {

@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 
 /// The console's files: name, content type, content.
-const FILES: [(&str, &str, &[u8]); 13] = [
+const FILES: [(&str, &str, &[u8]); 14] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../console/index.html")),
     ("style.css", "text/css; charset=utf-8", include_bytes!("../console/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../console/app.js")),
@@ -24,6 +24,7 @@ const FILES: [(&str, &str, &[u8]); 13] = [
     ("confirm.js", "text/javascript; charset=utf-8", include_bytes!("../console/confirm.js")),
     ("dead.js", "text/javascript; charset=utf-8", include_bytes!("../console/dead.js")),
     ("namespaces.js", "text/javascript; charset=utf-8", include_bytes!("../console/namespaces.js")),
+    ("runs.js", "text/javascript; charset=utf-8", include_bytes!("../console/runs.js")),
 ];
 
 /// Scripts, styles and requests from this service only; no framing (clickjacking), no

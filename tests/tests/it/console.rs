@@ -294,4 +294,13 @@ async fn timers_matching_a_filter_are_paused_in_bulk_and_a_dead_letter_is_replay
     })
     .await;
     assert_eq!(sink.calls_to("/gone-once").len(), 2, "called once more, by the replay");
+
+    // The namespace's runs, by status: the replayed one succeeded, with its failed attempt.
+    browser.find("a[href='#/runs']").await.click().await.unwrap();
+    let runs = browser.find_text("#runs", &doomed[..8]).await;
+    assert!(runs.contains("succeeded") && runs.contains("1 failed"), "{runs}");
+    assert_accessible(&browser, "runs").await;
+    browser.screenshot(&screenshot_path("runs")).await;
+    browser.client.goto(&format!("{console}#/runs?namespace=team-a&status=dead")).await.unwrap();
+    browser.find_text("main", "No runs here.").await;
 }
