@@ -22,6 +22,7 @@ pub mod config;
 pub mod error;
 pub mod leases;
 pub mod metrics;
+pub mod new_pass;
 pub mod planner;
 pub mod publisher;
 pub mod retention;
@@ -49,6 +50,7 @@ pub use config::ScannerConfig;
 pub use error::ScannerError;
 use leases::{LeaseKeeper, Ownership};
 use metrics::Metrics;
+use new_pass::NewPassSize;
 use planner::Planner;
 
 pub struct App {
@@ -296,6 +298,7 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
         horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
         misfire_threshold: std::time::Duration::from_millis(config.misfire_threshold_ms),
     };
+    let new_pass = NewPassSize::default();
     let mut interval = tokio::time::interval(config.scan_interval());
     interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
@@ -303,7 +306,7 @@ async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
         // the scan is not lost.
         let notified = wake.notified();
         let timer = metrics.scan_seconds.start_timer();
-        let scanned = scan_once(config, ownership, pool, metrics, &planner, claimed_tx).await;
+        let scanned = scan_once(config, ownership, pool, metrics, &planner, &new_pass, claimed_tx).await;
         timer.observe_duration();
         match scanned {
             // More new timers than one pass takes (a bulk import): the next scan comes at
@@ -332,9 +335,10 @@ enum NewTimers {
 
 /// Which timers a planning pass takes.
 #[derive(Debug, Clone, Copy)]
-enum PlanPass {
-    /// New timers: validated, and planned if due within the horizon.
-    New,
+enum PlanPass<'a> {
+    /// New timers, as many as fit the pass's budget: validated, and planned if due
+    /// within the horizon.
+    New(&'a NewPassSize),
     /// Planned timers whose plan runs out within the horizon.
     Due,
 }
@@ -343,7 +347,7 @@ enum PlanPass {
 /// started. `Some(full)`: whether it took as many timers as a pass may; `None`: the wheel
 /// driver has stopped (shutting down).
 async fn plan_pass(
-    pass: PlanPass,
+    pass: PlanPass<'_>,
     config: &ScannerConfig,
     ownership: &Ownership,
     pool: &PgPool,
@@ -360,15 +364,24 @@ async fn plan_pass(
         due_before: now + config.lookahead(),
         lease: config.lease(),
     });
-    let report = match pass {
-        PlanPass::New => planner.validate_new(pool, now, &held, claim.as_ref()).await?,
-        PlanPass::Due => planner.plan_due(pool, now, &held, claim.as_ref()).await?,
+    let (report, full) = match pass {
+        PlanPass::New(size) => {
+            let (rows, started) = (size.rows(), std::time::Instant::now());
+            let report = planner.validate_new_up_to(pool, now, &held, claim.as_ref(), rows).await?;
+            let full = report.timers as i64 >= rows;
+            size.took(rows, started.elapsed(), full);
+            (report, full)
+        }
+        PlanPass::Due => {
+            let report = planner.plan_due(pool, now, &held, claim.as_ref()).await?;
+            let full = report.timers >= planner::PASS_SIZE as usize;
+            (report, full)
+        }
     };
     drop(writing);
     metrics.timers_invalid.inc_by(report.invalid as u64);
     metrics.planned.inc_by(report.tasks_planned);
     count_misfired(metrics, &report.misfired);
-    let full = report.timers >= planner::PASS_SIZE as usize;
     if !report.claimed.is_empty() {
         metrics.claimed.inc_by(report.claimed.len() as u64);
         if claimed_tx.send(report.claimed).await.is_err() {
@@ -382,24 +395,26 @@ async fn plan_pass(
 /// ownership's write guard (see [`Ownership::for_writing`]) and writes only for the
 /// buckets held when it started.
 ///
-/// New timers take one pass a scan: validating a bulk import pass after pass would keep
-/// every other timer's plan and claims waiting until the whole import was read (seconds
-/// for 100,000 rows), and their occurrences late or missed.
+/// New timers take one pass a scan, of as many as fit its time budget ([`NewPassSize`]):
+/// validating a bulk import pass after pass, or in passes of seconds, would keep every
+/// other timer's plan and claims waiting, and their occurrences late or missed.
 async fn scan_once(
     config: &ScannerConfig,
     ownership: &Ownership,
     pool: &PgPool,
     metrics: &Metrics,
     planner: &Planner,
+    new_pass: &NewPassSize,
     claimed_tx: &mpsc::Sender<Vec<ClaimedTask>>,
 ) -> Result<NewTimers, sqlx::Error> {
     // One pass of new timers, then the plans of the others, pass by pass until a pass
     // finds fewer timers than it may take.
-    let new_timers = match plan_pass(PlanPass::New, config, ownership, pool, metrics, planner, claimed_tx).await? {
-        Some(true) => NewTimers::Left,
-        Some(false) => NewTimers::Done,
-        None => return Ok(NewTimers::Done), // the wheel driver has stopped: shutting down
-    };
+    let new_timers =
+        match plan_pass(PlanPass::New(new_pass), config, ownership, pool, metrics, planner, claimed_tx).await? {
+            Some(true) => NewTimers::Left,
+            Some(false) => NewTimers::Done,
+            None => return Ok(NewTimers::Done), // the wheel driver has stopped: shutting down
+        };
     loop {
         match plan_pass(PlanPass::Due, config, ownership, pool, metrics, planner, claimed_tx).await? {
             Some(true) => {}

@@ -88,18 +88,30 @@ impl Planner {
         held: &Held,
         claim: Option<&PlanClaim<'_>>,
     ) -> Result<PassReport, sqlx::Error> {
+        self.validate_new_up_to(db, now, held, claim, PASS_SIZE).await
+    }
+
+    /// As [`Planner::validate_new`], taking at most `rows` timers.
+    pub async fn validate_new_up_to(
+        &self,
+        db: &PgPool,
+        now: DateTime<Utc>,
+        held: &Held,
+        claim: Option<&PlanClaim<'_>>,
+        rows: i64,
+    ) -> Result<PassReport, sqlx::Error> {
         if held.is_empty() {
             return Ok(PassReport::default());
         }
         let owned = owned_join("ob", "punctual_bucket(timers.id)");
         let mut tx = db.begin().await?;
-        let out_of_range = timer_store::mark_out_of_range(&mut tx, held, PASS_SIZE).await?;
+        let out_of_range = timer_store::mark_out_of_range(&mut tx, held, rows).await?;
         if out_of_range > 0 {
             tracing::warn!(count = out_of_range, "timers with values out of range marked invalid");
         }
         // Out of range again here: a row written since the statement above (each statement
         // sees what is committed when it starts) is left for the next pass to mark.
-        let rows: Vec<TimerRow> = sqlx::query_as(&format!(
+        let found: Vec<TimerRow> = sqlx::query_as(&format!(
             "WITH {MEMBER}
              SELECT timers.* FROM timers {owned}
               WHERE plan_status = '{new}'
@@ -111,13 +123,13 @@ impl Planner {
         ))
         .bind(&held.owner)
         .bind(held.epochs_by_bucket())
-        .bind(PASS_SIZE)
+        .bind(rows)
         .fetch_all(&mut *tx)
         .await?;
-        let mut report = PassReport { timers: rows.len(), invalid: out_of_range as usize, ..Default::default() };
-        let mut updates = Vec::with_capacity(rows.len());
+        let mut report = PassReport { timers: found.len(), invalid: out_of_range as usize, ..Default::default() };
+        let mut updates = Vec::with_capacity(found.len());
         let mut tasks = Vec::new();
-        for row in &rows {
+        for row in &found {
             let update = guarded(row, &mut tasks, |tasks| self.validate_row(row, now, tasks));
             report.count(row, &update);
             updates.push(update);
