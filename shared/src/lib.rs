@@ -7,6 +7,7 @@
 extern crate self as punctual_shared;
 
 pub mod api_key;
+pub mod audit;
 pub mod bucket;
 pub mod config;
 pub mod db;

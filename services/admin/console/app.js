@@ -1,7 +1,8 @@
 // Punctual's console: pages over the public API, routed by the URL's fragment
-// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/runs, #/dead), so that the service serves the
+// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/runs, #/dead, #/audit), so that the service serves the
 // same few files for every page.
 import { api, key } from "./api.js";
+import { auditPage } from "./audit.js";
 import { deadPage } from "./dead.js";
 import { h, main, problem, show } from "./dom.js";
 import { timerForm } from "./form.js";
@@ -53,6 +54,7 @@ async function route() {
     else if (path === "/new") await timerForm({ namespace: params.get("namespace") || "" });
     else if (path === "/dead") await deadPage(params);
     else if (path === "/runs") await runsPage(params);
+    else if (path === "/audit") await auditPage(params);
     else await timersPage(params);
   } catch (error) {
     if (error.status === 401) {

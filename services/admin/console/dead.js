@@ -2,8 +2,8 @@
 // a write key may replay one, those selected, or every one the filter matches.
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
-import { h, link, problem, show, table, when } from "./dom.js";
-import { namespaceSelect } from "./namespaces.js";
+import { h, problem, show, table, when } from "./dom.js";
+import { namespaceFilter } from "./namespaces.js";
 import { canWrite } from "./session.js";
 
 /** Replays `ids` (at most 10,000 a call); returns how many were replayed. */
@@ -26,19 +26,7 @@ async function replayAll(namespace) {
 
 export async function deadPage(params) {
   const namespace = params.get("namespace") || "";
-  const select = await namespaceSelect(namespace);
-  const filters = h(
-    "form",
-    {
-      class: "filters",
-      onsubmit: (event) => {
-        event.preventDefault();
-        location.hash = link("#/dead", { namespace: select.value });
-      },
-    },
-    h("label", { for: "namespace" }, "Namespace", select),
-    h("button", { type: "submit" }, "Show"),
-  );
+  const filters = await namespaceFilter("#/dead", namespace);
   const { tasks } = await api("GET", "v1/tasks", { query: { status: "dead", namespace, limit: 100 } });
   const writable = canWrite();
   const status = h("div", { id: "replay-status", "aria-live": "polite" });

@@ -1,6 +1,6 @@
 // The namespaces a page offers to choose from.
 import { api } from "./api.js";
-import { h } from "./dom.js";
+import { h, link } from "./dom.js";
 import { session } from "./session.js";
 
 /** The key's own namespaces, or (an admin key) those with a policy of their own. */
@@ -18,5 +18,22 @@ export async function namespaceSelect(current) {
     { id: "namespace", name: "namespace" },
     h("option", { value: "" }, "All you can see"),
     choices.map((ns) => h("option", { value: ns, selected: ns === current }, ns)),
+  );
+}
+
+/** A form choosing the namespace of the page at `path` (`#/dead`), `current` chosen. */
+export async function namespaceFilter(path, current) {
+  const select = await namespaceSelect(current);
+  return h(
+    "form",
+    {
+      class: "filters",
+      onsubmit: (event) => {
+        event.preventDefault();
+        location.hash = link(path, { namespace: select.value });
+      },
+    },
+    h("label", { for: "namespace" }, "Namespace", select),
+    h("button", { type: "submit" }, "Show"),
   );
 }

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::api_key::{self, ApiKey, Role};
+use punctual_shared::audit::AuditAction;
 use punctual_shared::timer::{check_namespace, FieldError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -15,6 +16,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::Errors;
@@ -116,6 +118,8 @@ async fn create_key(
         .await?
         .ok_or(ApiError::Database(sqlx::Error::RowNotFound))?;
     tracing::info!(key_id = %id, role = request.role.as_str(), by = ?caller.key_id, "API key created");
+    let detail = serde_json::json!({"name": request.name, "role": request.role, "namespaces": request.namespaces});
+    audit::record(&state, &caller, None, AuditAction::KeyCreated, Some(id.to_string()), detail).await;
     Ok((
         StatusCode::CREATED,
         Json(CreatedKey {
@@ -170,5 +174,7 @@ async fn revoke_key(
         return Err(unknown());
     }
     tracing::info!(key_id = %key_id, by = ?caller.key_id, "API key revoked");
+    audit::record(&state, &caller, None, AuditAction::KeyRevoked, Some(key_id.to_string()), serde_json::Value::Null)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }

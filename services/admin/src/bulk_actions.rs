@@ -7,14 +7,17 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use punctual_shared::audit::AuditAction;
 use punctual_shared::timer::{check_namespace, FieldError};
 use punctual_shared::timer_state::TimerState;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::Errors;
@@ -104,5 +107,14 @@ async fn bulk_change_timers(
     };
     let (changed, more) = timer_store::set_states(&state.pool, &selection, from, to, MAX_PER_CALL).await?;
     tracing::info!(%action, namespace = %filter.namespace, changed = changed.len(), "bulk change");
+    if !changed.is_empty() {
+        let audited = match to {
+            TimerState::Active => AuditAction::TimersResumed,
+            TimerState::Paused => AuditAction::TimersPaused,
+            TimerState::Deleted => AuditAction::TimersDeleted,
+        };
+        let detail = json!({"name_prefix": filter.name_prefix, "timers": changed});
+        audit::record(&state, &caller, Some(&filter.namespace), audited, None, detail).await;
+    }
     Ok(Json(BulkResult { changed, more }))
 }

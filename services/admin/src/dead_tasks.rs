@@ -1,20 +1,25 @@
 //! `/v1/tasks`: occurrences in one status across timers (what is dead, what is stuck), and
 //! replaying dead ones.
 
+use std::collections::BTreeMap;
+
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use punctual_shared::api_key::Role;
+use punctual_shared::audit::AuditAction;
 use punctual_shared::task::{self, TaskStatus};
 use punctual_shared::timer::FieldError;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::Errors;
@@ -109,16 +114,33 @@ pub fn list_statement() -> String {
     )
 }
 
-/// Those of `ids` that are tasks of timers the caller sees.
-async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Vec<i64>, ApiError> {
-    Ok(sqlx::query_scalar!(
-        "SELECT t.id FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+/// Those of `ids` that are tasks of timers the caller sees, with their namespaces.
+async fn visible_tasks(pool: &PgPool, caller: &Caller, ids: &[i64]) -> Result<Vec<(i64, String)>, ApiError> {
+    let rows = sqlx::query!(
+        "SELECT t.id, tm.namespace FROM tasks t JOIN timers tm ON tm.id = t.timer_id
           WHERE t.id = ANY($1) AND ($2::text[] IS NULL OR tm.namespace = ANY($2))",
         ids,
         caller.visible()
     )
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(rows.into_iter().map(|row| (row.id, row.namespace)).collect())
+}
+
+/// Replays the dead ones of `visible` and records them in the audit log, one entry per
+/// namespace.
+async fn replay_visible(state: &AppState, caller: &Caller, visible: &[(i64, String)]) -> Result<Vec<i64>, ApiError> {
+    let ids: Vec<i64> = visible.iter().map(|(id, _)| *id).collect();
+    let replayed = task::replay(&state.pool, &ids).await?;
+    let mut by_namespace: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (id, namespace) in visible.iter().filter(|(id, _)| replayed.contains(id)) {
+        by_namespace.entry(namespace.as_str()).or_default().push(*id);
+    }
+    for (namespace, tasks) in by_namespace {
+        let detail = json!({ "tasks": tasks });
+        audit::record(state, caller, Some(namespace), AuditAction::TasksReplayed, None, detail).await;
+    }
+    Ok(replayed)
 }
 
 /// Runs a dead task again, now, as a further attempt.
@@ -142,7 +164,7 @@ async fn replay_task(
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::BadRequest { field: Some("id".into()), detail: format!("id: not a task id: {id:?}") })?;
-    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &[id]).await?).await?;
+    let replayed = replay_visible(&state, &caller, &visible_tasks(&state.pool, &caller, &[id]).await?).await?;
     if replayed.is_empty() {
         let status = sqlx::query_scalar!(
             r#"SELECT t.status AS "status: TaskStatus" FROM tasks t JOIN timers tm ON tm.id = t.timer_id
@@ -189,6 +211,6 @@ async fn replay_tasks(
             detail: format!("ids: give 1 to {MAX_REPLAY} task ids"),
         });
     }
-    let replayed = task::replay(&state.pool, &visible_tasks(&state.pool, &caller, &request.ids).await?).await?;
+    let replayed = replay_visible(&state, &caller, &visible_tasks(&state.pool, &caller, &request.ids).await?).await?;
     Ok(Json(Replayed { replayed }))
 }

@@ -1,6 +1,7 @@
 //! The admin service: Punctual's REST API over the `timers` and `tasks` tables.
 
 pub mod api_keys;
+pub mod audit;
 pub mod auth;
 pub mod bulk_actions;
 pub mod client_address;

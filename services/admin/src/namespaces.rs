@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use punctual_shared::api_key::Role;
+use punctual_shared::audit::AuditAction;
 use punctual_shared::kafka_topics::KafkaTopics;
 use punctual_shared::namespace_policy::{self, NamespaceLimits, StoredLimits, StoredPolicy};
 use punctual_shared::timer::check_namespace;
@@ -17,6 +18,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi::Errors;
@@ -206,5 +208,9 @@ async fn change(
     changed.check()?;
     namespace_policy::put(&mut *tx, &ns, &changed).await?;
     tx.commit().await?;
+    // The request as sent: what it changed, in the caller's words.
+    let sent = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+    let detail = serde_json::json!({ "method": if keep { "PATCH" } else { "PUT" }, "body": sent });
+    audit::record(&state, &caller, Some(&ns), AuditAction::NamespaceChanged, None, detail).await;
     Ok(Json(view(&state, ns, changed)))
 }

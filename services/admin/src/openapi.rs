@@ -13,7 +13,7 @@ use utoipa_axum::router::OpenApiRouter;
 use crate::error::Problem;
 use crate::state::AppState;
 use crate::{
-    api_keys, bulk_actions, dead_tasks, me, namespace_runs, namespace_stats, namespaces, operator_actions,
+    api_keys, audit, bulk_actions, dead_tasks, me, namespace_runs, namespace_stats, namespaces, operator_actions,
     paused_targets, signing_secrets, timer_runs, timers,
 };
 
@@ -94,6 +94,7 @@ pub fn routes() -> (Router<AppState>, Document) {
         .merge(namespaces::routes())
         .merge(paused_targets::routes())
         .merge(me::routes())
+        .merge(audit::routes())
         .merge(signing_secrets::routes())
         .merge(api_keys::routes())
         .split_for_parts();

@@ -8,15 +8,18 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::{DateTime, Utc};
+use punctual_shared::audit::AuditAction;
 use punctual_shared::schedule::to_millis;
 use punctual_shared::task;
 use punctual_shared::timer::{task_identity, FieldError, ScheduleSpec, TimerRow};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::{Errors, UnknownTimer};
@@ -81,11 +84,21 @@ async fn trigger_timer(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     let id = parse_id(&id)?;
-    active_timer(&state, &caller, id, "triggered").await?;
+    let timer = active_timer(&state, &caller, id, "triggered").await?;
     let at = to_millis(Utc::now());
     match task::add_occurrences(&state.pool, id, &[at]).await?.first().copied() {
         Some(task_id) => {
             tracing::info!(timer_id = %id, %at, task_id, "timer triggered");
+            let detail = json!({"name": timer.name, "task_id": task_id, "scheduled_at": at});
+            audit::record(
+                &state,
+                &caller,
+                Some(&timer.namespace),
+                AuditAction::TimerTriggered,
+                Some(id.to_string()),
+                detail,
+            )
+            .await;
             let triggered =
                 Triggered { task_id, timer_id: id, scheduled_at: at, idempotency_key: task_identity(id, at) };
             Ok((StatusCode::ACCEPTED, Json(triggered)))
@@ -172,6 +185,9 @@ async fn backfill_timer(
     }
     let added = task::backfill(&state.pool, id, &at).await?.len() as u64;
     tracing::info!(timer_id = %id, from = %request.from, to = %request.to, occurrences = at.len(), added, "timer backfilled");
+    let detail = json!({"name": timer.name, "from": request.from, "to": request.to, "added": added});
+    audit::record(&state, &caller, Some(&timer.namespace), AuditAction::TimerBackfilled, Some(id.to_string()), detail)
+        .await;
     Ok((StatusCode::ACCEPTED, Json(Backfilled { occurrences: at.len(), added })))
 }
 

@@ -7,12 +7,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use punctual_shared::api_key::Role;
+use punctual_shared::audit::AuditAction;
 use punctual_shared::paused_target::{self, PausedTarget};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::Errors;
@@ -76,5 +78,6 @@ async fn resume_paused_target(
     if !paused_target::resume(&state.pool, &ns, &target).await? {
         return Err(ApiError::NotFound(format!("target {target:?} is not paused for namespace {ns}")));
     }
+    audit::record(&state, &caller, Some(&ns), AuditAction::TargetResumed, Some(target), serde_json::Value::Null).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -18,12 +18,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::Errors;
 use crate::request::parse_json;
 use crate::state::AppState;
 use punctual_shared::api_key::Role;
+use punctual_shared::audit::AuditAction;
 
 /// Most secrets a namespace holds at once: rotation needs two.
 pub const MAX_SECRETS_PER_NAMESPACE: i64 = 5;
@@ -104,6 +106,15 @@ async fn create_signing_secret(
             ),
         });
     };
+    audit::record(
+        &state,
+        &caller,
+        Some(&ns),
+        AuditAction::SigningSecretCreated,
+        Some(id.to_string()),
+        serde_json::Value::Null,
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(CreatedSecret { id, namespace: ns, secret: encoded, created_at })))
 }
 
@@ -163,5 +174,7 @@ async fn delete_signing_secret(
     if !signing_secrets::delete(&state.pool, &ns, secret_id).await? {
         return Err(unknown());
     }
+    audit::record(&state, &caller, Some(&ns), AuditAction::SigningSecretDeleted, Some(id), serde_json::Value::Null)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -7,15 +7,17 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::Utc;
 use punctual_shared::api_key::Role;
+use punctual_shared::audit::AuditAction;
 use punctual_shared::timer::{FieldError, TimerSpec};
 use punctual_shared::timer_state::TimerState;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use crate::audit;
 use crate::auth::Caller;
 use crate::error::{ApiError, Problem};
 use crate::openapi::{Errors, UnknownTimer};
@@ -59,6 +61,9 @@ async fn create_timer(
     let row = timer_store::insert(&state.pool, &timer, i64::from(limits.max_timers)).await?;
     state.metrics.timers_created.inc();
     tracing::info!(timer_id = %row.id, namespace = %row.namespace, name = %row.name, "timer created");
+    let detail = json!({"name": row.name});
+    audit::record(&state, &caller, Some(&row.namespace), AuditAction::TimerCreated, Some(row.id.to_string()), detail)
+        .await;
     let location = format!("/v1/timers/{}", row.id);
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(state.view(&row, Utc::now()))))
 }
@@ -106,6 +111,16 @@ async fn patch_timer(
     match timer_store::update_definition(&state.pool, &caller, id, revision, &timer).await? {
         Some(row) => {
             tracing::info!(timer_id = %id, version = row.version, "timer changed");
+            let detail = json!({"name": row.name, "revision": row.revision});
+            audit::record(
+                &state,
+                &caller,
+                Some(&row.namespace),
+                AuditAction::TimerChanged,
+                Some(id.to_string()),
+                detail,
+            )
+            .await;
             Ok(Json(state.view(&row, Utc::now())))
         }
         None => {
@@ -187,6 +202,13 @@ async fn list_timers(
 async fn set_state(state: &AppState, caller: &Caller, id: &str, new_state: TimerState) -> Result<TimerView, ApiError> {
     caller.require(Role::Write)?;
     let row = timer_store::set_state(&state.pool, caller, parse_id(id)?, new_state).await?;
+    let action = match new_state {
+        TimerState::Active => AuditAction::TimerResumed,
+        TimerState::Paused => AuditAction::TimerPaused,
+        TimerState::Deleted => AuditAction::TimerDeleted,
+    };
+    let detail = json!({"name": row.name});
+    audit::record(state, caller, Some(&row.namespace), action, Some(row.id.to_string()), detail).await;
     Ok(state.view(&row, Utc::now()))
 }
 

@@ -303,4 +303,14 @@ async fn timers_matching_a_filter_are_paused_in_bulk_and_a_dead_letter_is_replay
     browser.screenshot(&screenshot_path("runs")).await;
     browser.client.goto(&format!("{console}#/runs?namespace=team-a&status=dead")).await.unwrap();
     browser.find_text("main", "No runs here.").await;
+
+    // The audit log: each of those changes, under the key's name.
+    browser.find("a[href='#/audit']").await.click().await.unwrap();
+    let log = browser.find_text("#audit", "tasks replayed").await;
+    for change in ["timers paused", "timers resumed", "timer created"] {
+        assert!(log.contains(change), "{change}: {log}");
+    }
+    assert!(log.contains("ops-dave"), "{log}");
+    assert_accessible(&browser, "audit log").await;
+    browser.screenshot(&screenshot_path("audit-log")).await;
 }

@@ -395,3 +395,44 @@ async fn every_operation_needs_a_key_and_every_change_a_write_key() {
     }
     assert!(checked >= 23, "{checked} operations");
 }
+
+/// Every change made through the API is in the audit log with the name of the key that
+/// made it; a key sees the changes of its namespaces only, an admin key all of them.
+#[tokio::test]
+async fn changes_are_in_the_audit_log_under_the_name_of_the_key_that_made_them() {
+    let api = spawn_api().await;
+    let (_, _, created) =
+        api.post("/v1/keys", &json!({"name": "deploy-bot", "role": "write", "namespaces": ["billing"]})).await;
+    let writer = api.with_key(created["key"].as_str());
+    let (_, _, other) =
+        api.post("/v1/keys", &json!({"name": "other-team", "role": "read", "namespaces": ["other"]})).await;
+    let other = api.with_key(other["key"].as_str());
+    let (status, _, timer) = writer.post("/v1/timers", &example()).await;
+    assert_eq!(status, 201, "{timer}");
+    let id = timer["id"].as_str().unwrap();
+    writer.post(&format!("/v1/timers/{id}/pause"), &json!({})).await;
+    writer.post(&format!("/v1/timers/{id}/resume"), &json!({})).await;
+    writer.post("/v1/timers/bulk/pause", &json!({"namespace": "billing", "name_prefix": "nightly"})).await;
+    // Refused: not recorded.
+    assert_eq!(writer.post("/v1/timers/bulk/pause", &json!({"namespace": "other"})).await.0, 403);
+
+    let (status, _, page) = writer.get("/v1/audit?namespace=billing").await;
+    assert_eq!(status, 200, "{page}");
+    let entries = page["entries"].as_array().unwrap();
+    let actions: Vec<&str> = entries.iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["timers_paused", "timer_resumed", "timer_paused", "timer_created"], "newest first");
+    assert!(entries.iter().all(|e| e["key_name"] == "deploy-bot" && e["namespace"] == "billing"), "{page}");
+    assert_eq!(entries[3]["target"], json!(id));
+    assert_eq!(entries[0]["detail"]["timers"], json!([id]));
+    // Another namespace's key sees none of it, nor may it ask.
+    let (_, _, theirs) = other.get("/v1/audit").await;
+    assert_eq!(theirs["entries"], json!([]));
+    assert_eq!(other.get("/v1/audit?namespace=billing").await.0, 403);
+    // The admin key sees everything, its own key changes (of no namespace) too, a page at a time.
+    let (_, _, all) = api.get("/v1/audit?limit=2").await;
+    assert_eq!(all["entries"].as_array().unwrap().len(), 2);
+    let before = all["next_before"].as_i64().unwrap();
+    let (_, _, rest) = api.get(&format!("/v1/audit?before={before}")).await;
+    let rest: Vec<&str> = rest["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(rest, ["timer_paused", "timer_created", "key_created", "key_created"]);
+}
