@@ -203,9 +203,19 @@ impl Browser {
     }
 }
 
+impl Browser {
+    /// Ends the session, so that the driver quits the browser, then the driver, then the
+    /// profile. A browser dropped without it (a test that failed) is killed with its
+    /// driver, and its profile may stay behind in the temporary folder.
+    pub async fn close(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.client.clone().close()).await;
+        let _ = self.driver.kill().await;
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The session's browser goes with its driver (killed on drop), then its profile.
         let _ = self.driver.start_kill();
         let _ = std::fs::remove_dir_all(&self.profile);
     }

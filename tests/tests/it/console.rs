@@ -123,6 +123,7 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     browser.find_text("main h1", "nightly-report").await;
     browser.find("#definition").await;
     assert_eq!(browser.count("main button").await, 0, "a read key is offered no action");
+    browser.close().await;
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` in UTC, as a `datetime-local` input holds it in the tests' browser.
@@ -220,6 +221,7 @@ async fn a_timer_is_created_through_the_form_with_its_preview_and_field_errors_b
     browser.find_text("main h1", "Timers").await;
     let r = stack.http.get(stack.admin.url(&format!("/v1/timers/{id}"))).send().await.unwrap();
     assert_eq!(r.status(), 404);
+    browser.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,4 +315,5 @@ async fn timers_matching_a_filter_are_paused_in_bulk_and_a_dead_letter_is_replay
     assert!(log.contains("ops-dave"), "{log}");
     assert_accessible(&browser, "audit log").await;
     browser.screenshot(&screenshot_path("audit-log")).await;
+    browser.close().await;
 }
