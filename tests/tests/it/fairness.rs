@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use punctual_testkit::black_hole::BlackHole;
 use punctual_testkit::stack::{dump_logs, metric_value};
-use punctual_testkit::{eventually, Sink, Stack};
+use punctual_testkit::{eventually, eventually_or, Sink, Stack};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -69,11 +69,15 @@ async fn limit_namespace(stack: &Stack, namespace: &str, limits: serde_json::Val
 /// The steady namespace's occurrences: 10 timers firing every second for 10 s.
 const STEADY_OCCURRENCES: i64 = 100;
 
+/// A status, how many tasks have it, and the first and last of their scheduled times.
+type StatusCount = (String, i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
 /// Waits until every occurrence of `timers` scheduled before `end` has finished, and
 /// returns how many there were. Their rows too: an occurrence not planned yet (a planner
-/// behind an import) has none, and is not finished.
-async fn all_finished(pool: &PgPool, timers: &[Uuid], end: DateTime<Utc>) -> i64 {
-    eventually(Duration::from_secs(60), "the steady occurrences all finished", || async {
+/// behind an import) has none, and is not finished. On a timeout, says where each stands.
+async fn all_finished(stack: &Stack, timers: &[Uuid], end: DateTime<Utc>) -> i64 {
+    let pool = &stack.db.pool;
+    let finished = eventually_or(Duration::from_secs(60), || async {
         let (open, finished): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead', 'cancelled')),
                     count(*) FILTER (WHERE status IN ('succeeded', 'dead', 'cancelled'))
@@ -86,7 +90,31 @@ async fn all_finished(pool: &PgPool, timers: &[Uuid], end: DateTime<Utc>) -> i64
         .ok()?;
         (Utc::now() > end && open == 0 && finished >= STEADY_OCCURRENCES).then_some(finished)
     })
+    .await;
+    if let Some(finished) = finished {
+        return finished;
+    }
+    let tasks: Vec<StatusCount> = sqlx::query_as(
+        "SELECT status, count(*), min(scheduled_at), max(scheduled_at) FROM tasks
+          WHERE timer_id = ANY($1) AND scheduled_at < $2 GROUP BY status",
+    )
+    .bind(timers)
+    .bind(end)
+    .fetch_all(pool)
     .await
+    .unwrap_or_default();
+    let plans: Vec<(String, Option<DateTime<Utc>>, i64)> =
+        sqlx::query_as("SELECT plan_status, max(next_plan_at), count(*) FROM timers WHERE id = ANY($1) GROUP BY 1")
+            .bind(timers)
+            .fetch_all(pool)
+            .await
+            .unwrap_or_default();
+    panic!(
+        "the steady occurrences not all finished 60 s after their last was due (until {end}): \
+         their tasks by status (count, first and last scheduled) {tasks:?}; their timers by plan \
+         status (latest next plan, count) {plans:?}\n{}",
+        dump_logs(stack)
+    )
 }
 
 /// Every occurrence of the steady namespace's 10 timers over 10 s succeeded (none
@@ -130,7 +158,7 @@ async fn a_black_hole_in_one_namespace_leaves_another_namespaces_occurrences_all
     // The steady namespace starts once the black hole's calls have piled up.
     let steady_span = (start + chrono::Duration::seconds(3), start + chrono::Duration::seconds(13));
     let steady = every_second(pool, "steady", 10, steady_span, &sink.url("/steady"), 10_000).await;
-    let finished = all_finished(pool, &steady, steady_span.1).await;
+    let finished = all_finished(&stack, &steady, steady_span.1).await;
     assert_steady_all_succeeded_once(&stack, &sink, &steady, steady_span.1, finished).await;
     // The black hole was called, and its other occurrences deferred rather than held.
     assert!(black_hole.accepted() >= 8, "the black hole's calls were made: {}", black_hole.accepted());
@@ -159,7 +187,7 @@ async fn a_namespace_at_its_limit_of_calls_does_not_slow_another() {
     }
     let steady_span = (start + chrono::Duration::seconds(3), start + chrono::Duration::seconds(13));
     let steady = every_second(pool, "steady", 10, steady_span, &sink.url("/steady"), 10_000).await;
-    let finished = all_finished(pool, &steady, steady_span.1).await;
+    let finished = all_finished(&stack, &steady, steady_span.1).await;
     assert_steady_all_succeeded_once(&stack, &sink, &steady, steady_span.1, finished).await;
     let made: usize = holes.iter().map(BlackHole::accepted).sum();
     assert_eq!(made, 20, "calls in flight at once: the namespace's limit\n{}", dump_logs(&stack));
@@ -273,7 +301,7 @@ async fn an_import_in_one_namespace_leaves_another_namespaces_occurrences_all_de
     .execute(pool)
     .await
     .unwrap();
-    let finished = all_finished(pool, &steady, steady_span.1).await;
+    let finished = all_finished(&stack, &steady, steady_span.1).await;
     assert_steady_all_succeeded_once(&stack, &sink, &steady, steady_span.1, finished).await;
     // One pass of new timers a scan: on a machine busy with the rest of the suite, 50,000
     // take minutes. What this test holds to is the steady namespace, above.
@@ -301,7 +329,7 @@ async fn a_namespace_at_its_limit_of_fires_a_second_is_spread_and_another_is_not
     every_second(pool, "capped", 20, capped_span, &capped_sink.url("/"), 10_000).await;
     let steady_span = (start, start + chrono::Duration::seconds(10));
     let steady = every_second(pool, "steady", 10, steady_span, &sink.url("/steady"), 10_000).await;
-    let finished = all_finished(pool, &steady, steady_span.1).await;
+    let finished = all_finished(&stack, &steady, steady_span.1).await;
     assert_steady_all_succeeded_once(&stack, &sink, &steady, steady_span.1, finished).await;
     // From the first call on: at most a second's worth (5) at once, then 5 a second.
     let calls = capped_sink.calls();

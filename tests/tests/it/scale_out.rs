@@ -290,8 +290,16 @@ struct TaskStory {
     attempt: i32,
     due_at: DateTime<Utc>,
     deferred_reason: Option<String>,
+    /// Its last claim: a claim long after its due time, with no change of the bucket's
+    /// owner then, is a lease that expired (a message that ran nothing).
+    bucket: i16,
+    claim_epoch: Option<i64>,
+    claimed_at: Option<DateTime<Utc>>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
+    bucket_owner: Option<String>,
+    bucket_epoch: i64,
+    bucket_acquired_at: Option<DateTime<Utc>>,
 }
 
 /// Where the task of `key` (`timer_id:scheduled_at`) stands.
@@ -300,8 +308,9 @@ async fn task_story(stack: &Stack, key: &str) -> String {
         return format!("not a task identity: {key}");
     };
     sqlx::query_as::<_, TaskStory>(
-        "SELECT status, attempt, due_at, deferred_reason, started_at, finished_at
-           FROM tasks WHERE timer_id = $1 AND scheduled_at = $2",
+        "SELECT t.status, t.attempt, t.due_at, t.deferred_reason, t.bucket, t.claim_epoch, t.claimed_at,
+                t.started_at, t.finished_at, b.owner AS bucket_owner, b.epoch AS bucket_epoch, b.acquired_at AS bucket_acquired_at
+           FROM tasks t JOIN buckets b ON b.bucket = t.bucket WHERE t.timer_id = $1 AND t.scheduled_at = $2",
     )
     .bind(id)
     .bind(at)
