@@ -15,6 +15,7 @@ mod report;
 mod scenarios;
 mod sink;
 mod surface;
+mod timer_list;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -175,6 +176,16 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// The console's timer list, a page at a time for each filter, with `timers` timers stored.
+    TimerList {
+        #[arg(long, default_value_t = 1_000_000)]
+        timers: i64,
+        /// Pages read for each filter.
+        #[arg(long, default_value_t = 200)]
+        requests: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw produce and consume throughput of the broker with Punctual's client settings.
     BrokerBaseline {
         #[arg(long, default_value_t = 1_000_000)]
@@ -261,6 +272,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Surface { readyz_clients, requests, servers } => {
             surface::surface(&servers.start(), surface::Surface { readyz_clients, requests }).await.map(drop)
+        }
+        Command::TimerList { timers, requests, servers } => {
+            timer_list::timer_list(&servers.start(), timers, requests).await.map(drop)
         }
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)

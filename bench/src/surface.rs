@@ -67,7 +67,8 @@ fn latency(mut samples: Vec<f64>) -> Latency {
     Latency { p50_ms: at(0.5), p99_ms: at(0.99), max_ms: at(1.0) }
 }
 
-async fn timed(http: &reqwest::Client, url: &str, n: u32) -> anyhow::Result<Latency> {
+/// `n` GETs of `url`, one after another; each must succeed.
+pub async fn timed(http: &reqwest::Client, url: &str, n: u32) -> anyhow::Result<Latency> {
     let mut samples = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let began = Instant::now();

@@ -187,9 +187,19 @@ pub enum TimerCommand {
     /// Deletes a timer.
     Delete { id: String },
     /// Pauses a timer.
-    Pause { id: String },
+    Pause {
+        id: String,
+        /// Why: shown with the timer until its state changes again.
+        #[arg(long)]
+        note: Option<String>,
+    },
     /// Resumes a timer from now on.
-    Resume { id: String },
+    Resume {
+        id: String,
+        /// Why: shown with the timer until its state changes again.
+        #[arg(long)]
+        note: Option<String>,
+    },
     /// Runs a timer now, once, with an identity of its own.
     Trigger { id: String },
     /// Runs a timer's occurrences of a past range now.

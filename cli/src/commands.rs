@@ -9,7 +9,7 @@ use punctual_shared::sealed::SecretKeys;
 use punctual_shared::sealed_store;
 use punctual_shared::timer::{ActionSpec, HttpActionSpec, ScheduleSpec, TimerSpec};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::args::{
     Cli, Command, DeadCommand, KeyCommand, NamespaceCommand, Output, RunCommand, ScheduleArgs, SecretsCommand,
@@ -367,12 +367,14 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
             client.delete(&id_path(&id)?).await?;
             out.done(&format!("deleted timer {id}"));
         }
-        TimerCommand::Pause { id } => {
-            let answer = client.post(&format!("{}/pause", id_path(&id)?), None::<&()>).await?;
+        TimerCommand::Pause { id, note } => {
+            let note = note.map(|note| json!({ "note": note }));
+            let answer = client.post(&format!("{}/pause", id_path(&id)?), note.as_ref()).await?;
             out.show(&answer, || print_timer(&answer));
         }
-        TimerCommand::Resume { id } => {
-            let answer = client.post(&format!("{}/resume", id_path(&id)?), None::<&()>).await?;
+        TimerCommand::Resume { id, note } => {
+            let note = note.map(|note| json!({ "note": note }));
+            let answer = client.post(&format!("{}/resume", id_path(&id)?), note.as_ref()).await?;
             out.show(&answer, || print_timer(&answer));
         }
         TimerCommand::Trigger { id } => {

@@ -63,6 +63,9 @@ pub fn print_timer(timer: &Value) {
     ] {
         t.add_row([field.to_owned(), value]);
     }
+    if !timer["state_note"].is_null() {
+        t.add_row(["note".to_owned(), text(&timer["state_note"])]);
+    }
     if !timer["invalid_reason"].is_null() {
         t.add_row(["invalid".to_owned(), text(&timer["invalid_reason"])]);
     }

@@ -144,7 +144,13 @@ async fn timers_are_managed_from_the_command_line() {
     assert_eq!(moved["action"]["http"]["url"], "https://hooks.example.com/moved");
     assert_eq!(moved["action"]["http"]["headers"]["X-Env"], "prod", "the rest of the action stays");
 
-    assert_eq!(json(&punctual(&admin, key, &["-o", "json", "timer", "pause", &id]).await)["state"], "paused");
+    let paused = json(&punctual(&admin, key, &["-o", "json", "timer", "pause", &id, "--note", "a freeze"]).await);
+    assert_eq!(
+        (&paused["state"], &paused["state_note"]),
+        (&serde_json::json!("paused"), &serde_json::json!("a freeze"))
+    );
+    let shown = stdout(&punctual(&admin, key, &["timer", "get", &id]).await);
+    assert!(shown.contains("a freeze"), "{shown}");
     assert_eq!(json(&punctual(&admin, key, &["-o", "json", "timer", "resume", &id]).await)["state"], "active");
     let triggered = stdout(&punctual(&admin, key, &["timer", "trigger", &id]).await);
     assert!(triggered.starts_with("triggered: task "), "{triggered}");

@@ -208,6 +208,27 @@ impl CronSchedule {
     }
 }
 
+/// The kinds of schedule, as the `schedule_kind` column names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KindName {
+    Once,
+    Delay,
+    Interval,
+    Cron,
+}
+
+impl KindName {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            KindName::Once => "once",
+            KindName::Delay => "delay",
+            KindName::Interval => "interval",
+            KindName::Cron => "cron",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScheduleKind {
     /// Fires once at `at`.
@@ -363,6 +384,13 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_named_in_json_as_in_the_column() {
+        for kind in [KindName::Once, KindName::Delay, KindName::Interval, KindName::Cron] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(kind.as_str()));
+        }
+    }
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

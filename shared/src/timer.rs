@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
-use crate::schedule::{check_span, CronSchedule, DstGap, Schedule, ScheduleKind};
+use crate::schedule::{check_span, CronSchedule, DstGap, KindName, Schedule, ScheduleKind};
 use crate::timer_state::{PlanStatus, TimerState};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -425,19 +425,19 @@ impl From<&Schedule> for ScheduleColumns {
         };
         match &s.kind {
             ScheduleKind::Once { at } => {
-                c.schedule_kind = "once".into();
+                c.schedule_kind = KindName::Once.as_str().into();
                 c.run_at = Some(*at);
             }
             ScheduleKind::Delay { delay_ms } => {
-                c.schedule_kind = "delay".into();
+                c.schedule_kind = KindName::Delay.as_str().into();
                 c.delay_ms = Some(*delay_ms);
             }
             ScheduleKind::Interval { every_ms } => {
-                c.schedule_kind = "interval".into();
+                c.schedule_kind = KindName::Interval.as_str().into();
                 c.interval_ms = Some(*every_ms);
             }
             ScheduleKind::Cron(cron) => {
-                c.schedule_kind = "cron".into();
+                c.schedule_kind = KindName::Cron.as_str().into();
                 c.cron_expr = Some(cron.expr().to_owned());
                 c.timezone = cron.timezone().name().to_owned();
                 c.dst_gap = cron.dst_gap().as_str().to_owned();
@@ -480,6 +480,8 @@ pub struct TimerRow {
     pub overlap_policy: OverlapPolicy,
     pub dst_gap: DstGap,
     pub state: TimerState,
+    /// Why it was last paused or resumed, as the operator put it.
+    pub state_note: Option<String>,
     /// Bumped by every change of the schedule or action (tasks of older versions are not run).
     pub version: i64,
     /// Bumped by every change of the timer a user can make (what a PATCH is conditional on).

@@ -160,22 +160,24 @@ pub async fn update_definition(
     }
 }
 
-/// Sets the state of a live timer of the `visible` namespaces; `None` if there is none. The
-/// schema's trigger does the rest (a resumed timer goes back to the planner, which
-/// continues from now).
+/// Sets the state of a live timer of the `visible` namespaces, with the operator's note on
+/// why (none clears the last); `None` if there is no such timer. The schema's trigger does
+/// the rest (a resumed timer goes back to the planner, which continues from now).
 pub async fn set_state(
     pool: &PgPool,
     visible: Option<&[String]>,
     id: Uuid,
     new_state: TimerState,
+    note: Option<&str>,
 ) -> Result<Option<TimerRow>, sqlx::Error> {
     crate::query_timer_rows!(
-        "UPDATE timers SET state = $2
+        "UPDATE timers SET state = $2, state_note = $4
           WHERE id = $1 AND state <> 'deleted' AND ($3::text[] IS NULL OR namespace = ANY($3)) RETURNING",
         "",
         id,
         new_state as _,
-        visible
+        visible,
+        note
     )
     .fetch_optional(pool)
     .await
@@ -201,7 +203,8 @@ const SELECTED: &str = "namespace = $1 AND state = ANY($4)
     AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))";
 
 /// Sets the state of at most `limit` of the selected timers that are in one of the states
-/// `from` to `to`, in one statement; returns their ids and whether more are left.
+/// `from` to `to`, in one statement, clearing their notes; returns their ids and whether
+/// more are left.
 pub async fn set_states(
     pool: &PgPool,
     selection: &Selection<'_>,
@@ -211,7 +214,7 @@ pub async fn set_states(
 ) -> Result<(Vec<Uuid>, bool), sqlx::Error> {
     let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
     let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
-        "UPDATE timers SET state = $5
+        "UPDATE timers SET state = $5, state_note = NULL
           WHERE id IN (SELECT id FROM timers WHERE {SELECTED} ORDER BY id LIMIT $6 FOR UPDATE)
             AND state = ANY($4)
          RETURNING id"

@@ -4,6 +4,7 @@
 //! axe-core, whose script `make test` installs from the npm registry (pinned) and names in
 //! `PUNCTUAL_TEST_AXE`.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,6 +13,8 @@ use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde::Deserialize;
 use serde_json::json;
+
+pub use fantoccini::key::Key;
 
 use crate::process::free_port;
 use crate::unique_name;
@@ -65,17 +68,20 @@ impl Browser {
         );
         let url = format!("http://127.0.0.1:{port}");
         // The driver takes a moment to listen: a refused session is tried again.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let client = loop {
+        let last_error = RefCell::new(String::new());
+        let connected = crate::eventually_or(Duration::from_secs(30), || async {
             match ClientBuilder::native().capabilities(capabilities.clone()).connect(&url).await {
-                Ok(client) => break client,
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::debug!(error = %e, "chromedriver not ready yet");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(client) => Some(client),
+                Err(e) => {
+                    *last_error.borrow_mut() = e.to_string();
+                    None
                 }
-                Err(e) => panic!("no browser session from {chromedriver} with {chromium}: {e}"),
             }
-        };
+        })
+        .await;
+        let client = connected.unwrap_or_else(|| {
+            panic!("no browser session from {chromedriver} with {chromium}: {}", last_error.borrow())
+        });
         client
             .update_timeouts(TimeoutConfiguration::new(Some(Duration::from_secs(30)), None, None))
             .await
@@ -95,39 +101,41 @@ impl Browser {
 
     /// Waits until `css` holds `text` (10 s at most) and returns its whole text.
     pub async fn find_text(&self, css: &str, text: &str) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let seen = match self.client.find(Locator::Css(css)).await {
+        let seen = RefCell::new(String::new());
+        let found = crate::eventually_or(Duration::from_secs(10), || async {
+            let now = match self.client.find(Locator::Css(css)).await {
                 Ok(element) => element.text().await.unwrap_or_default(),
                 Err(_) => String::new(),
             };
-            if seen.contains(text) {
-                return seen;
-            }
-            if tokio::time::Instant::now() >= deadline {
+            *seen.borrow_mut() = now.clone();
+            now.contains(text).then_some(now)
+        })
+        .await;
+        match found {
+            Some(whole) => whole,
+            None => {
                 let page = match self.client.find(Locator::Css("body")).await {
                     Ok(body) => body.text().await.unwrap_or_default(),
                     Err(_) => String::new(),
                 };
-                panic!("{css} never held {text:?}; last: {seen:?}; the page:\n{page}");
+                panic!("{css} never held {text:?}; last: {:?}; the page:\n{page}", seen.borrow());
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Clicks the button labelled `label` (waiting 10 s at most for it).
     pub async fn click_button(&self, label: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let button = crate::eventually_or(Duration::from_secs(10), || async {
             for button in self.client.find_all(Locator::Css("button")).await.unwrap_or_default() {
                 if button.text().await.unwrap_or_default() == label {
-                    button.click().await.expect("button clicked");
-                    return;
+                    return Some(button);
                 }
             }
-            assert!(tokio::time::Instant::now() < deadline, "no button {label:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            None
+        })
+        .await
+        .unwrap_or_else(|| panic!("no button {label:?}"));
+        button.click().await.expect("button clicked");
     }
 
     /// Types `text` into the input `css`, replacing what it held.
@@ -153,18 +161,15 @@ impl Browser {
 
     /// Waits until `css` is gone from the page or hidden (10 s at most).
     pub async fn gone(&self, css: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let hidden = crate::eventually_or(Duration::from_secs(10), || async {
             let shown = match self.client.find(Locator::Css(css)).await {
                 Ok(element) => element.is_displayed().await.unwrap_or(false),
                 Err(_) => false,
             };
-            if !shown {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "{css} is still shown");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            (!shown).then_some(())
+        })
+        .await;
+        assert!(hidden.is_some(), "{css} is still shown");
     }
 
     /// How many elements `css` matches now.

@@ -11,6 +11,7 @@ pub mod black_hole;
 pub mod browser;
 pub mod extreme_values;
 pub mod load;
+pub mod path_prefix;
 pub mod process;
 pub mod prometheus;
 pub mod repeats;

@@ -1,11 +1,12 @@
 // Punctual's console: pages over the public API, routed by the URL's fragment
-// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/runs, #/dead, #/audit), so that the service serves the
+// (#/timers, #/timers/{id}, #/timers/{id}/edit, #/new, #/runs, #/dead, #/live, #/audit), so that the service serves the
 // same few files for every page.
 import { api, key } from "./api.js";
 import { auditPage } from "./audit.js";
 import { deadPage } from "./dead.js";
 import { h, main, problem, show } from "./dom.js";
 import { timerForm } from "./form.js";
+import { livePage } from "./live.js";
 import { session } from "./session.js";
 import { runsPage } from "./runs.js";
 import { timerPage } from "./timer.js";
@@ -54,6 +55,7 @@ async function route() {
     else if (path === "/new") await timerForm({ namespace: params.get("namespace") || "" });
     else if (path === "/dead") await deadPage(params);
     else if (path === "/runs") await runsPage(params);
+    else if (path === "/live") await livePage(params);
     else if (path === "/audit") await auditPage(params);
     else await timersPage(params);
   } catch (error) {

@@ -10,14 +10,17 @@ export async function namespaceChoices() {
   return namespaces.map((n) => n.namespace);
 }
 
-/** A select of the namespaces, "All you can see" first, `current` chosen. */
-export async function namespaceSelect(current) {
-  const choices = await namespaceChoices();
+/**
+ * A select of the namespaces (`choices`, or the key's), `current` chosen; "All you can see"
+ * first unless `all` is false.
+ */
+export async function namespaceSelect(current, { choices, all = true } = {}) {
+  const names = choices ?? (await namespaceChoices());
   return h(
     "select",
     { id: "namespace", name: "namespace" },
-    h("option", { value: "" }, "All you can see"),
-    choices.map((ns) => h("option", { value: ns, selected: ns === current }, ns)),
+    all ? h("option", { value: "" }, "All you can see") : null,
+    names.map((ns) => h("option", { value: ns, selected: ns === current }, ns)),
   );
 }
 

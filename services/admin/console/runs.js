@@ -2,7 +2,7 @@
 // first, each with its failed attempts and its lag (from the scheduled time to the start).
 import { api } from "./api.js";
 import { h, link, show, table, when } from "./dom.js";
-import { namespaceChoices } from "./namespaces.js";
+import { namespaceChoices, namespaceSelect } from "./namespaces.js";
 import { instant } from "./timer.js";
 
 const STATUSES = ["", "pending", "claimed", "running", "succeeded", "dead", "cancelled"];
@@ -36,11 +36,7 @@ export async function runsPage(params) {
   const status = params.get("status") || "";
   const from = params.get("from") || "";
   const to = params.get("to") || "";
-  const select = h(
-    "select",
-    { id: "namespace", name: "namespace" },
-    choices.map((ns) => h("option", { value: ns, selected: ns === namespace }, ns)),
-  );
+  const select = await namespaceSelect(namespace, { choices, all: false });
   const statusSelect = h(
     "select",
     { id: "status", name: "status" },

@@ -1,5 +1,5 @@
 // A timer's page: what it is, when it fires next, its latest runs, and what a write key
-// may do to it (pause, resume, trigger, backfill, edit, delete).
+// may do to it (pause or resume with a note, trigger, backfill, edit, delete).
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
 import { h, problem, show, table, when } from "./dom.js";
@@ -33,6 +33,31 @@ function actionButton(id, label, path, done) {
       },
     },
     label,
+  );
+}
+
+/** Pause or resume, with an optional note on why (kept beside the state until its next change). */
+function stateForm(id, state) {
+  const [path, label, done] = state === "active" ? ["pause", "Pause", "Paused."] : ["resume", "Resume", "Resumed."];
+  const note = h("input", { id: "state-note", name: "note", maxlength: 500, autocomplete: "off" });
+  return h(
+    "form",
+    {
+      class: "inline",
+      id: "state-change",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        try {
+          await api("POST", `v1/timers/${id}/${path}`, { body: { note: note.value.trim() || null } });
+          await timerPage(id);
+          notice(done);
+        } catch (error) {
+          failed(error);
+        }
+      },
+    },
+    h("label", { for: "state-note" }, "Note (why, optional)", note),
+    h("button", { type: "submit" }, label),
   );
 }
 
@@ -71,10 +96,12 @@ function backfillForm(id) {
         event.preventDefault();
         try {
           const counted = await api("POST", `v1/timers/${id}/backfill`, { body: { ...body(), dry_run: true } });
-          outcome.replaceChildren(
+          // replaceChildren writes a null out as the text "null": only what is there.
+          const parts = [
             h("p", {}, `${counted.occurrences} occurrences in that range; ${counted.added} will be added.`),
             counted.added > 0 ? h("button", { type: "button", class: "primary", onclick: confirm }, "Confirm backfill") : null,
-          );
+          ];
+          outcome.replaceChildren(...parts.filter((part) => part));
         } catch (error) {
           outcome.replaceChildren(problem(error));
         }
@@ -119,9 +146,7 @@ export async function timerPage(id) {
     ? h(
         "div",
         { class: "actions" },
-        timer.state === "active"
-          ? actionButton(id, "Pause", "pause", "Paused.")
-          : actionButton(id, "Resume", "resume", "Resumed."),
+        stateForm(id, timer.state),
         actionButton(id, "Trigger now", "trigger", "Triggered: its run is below."),
         timer.action.http ? h("a", { href: `#/timers/${id}/edit`, id: "edit" }, "Edit") : null,
         deleteButton(id),
@@ -133,13 +158,16 @@ export async function timerPage(id) {
     [
       ["Namespace", timer.namespace],
       ["State", h("span", { class: `state-${timer.state}` }, timer.state)],
+      timer.state_note ? ["Note", h("span", { id: "state-note-shown" }, timer.state_note)] : null,
       ["Schedule", describeSchedule(timer.schedule)],
       ["Revision", timer.revision],
       ["Misfire policy", timer.misfire_policy],
       ["Overlap policy", timer.overlap_policy],
       ["Created", when(timer.created_at)],
       ["Updated", when(timer.updated_at)],
-    ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
+    ]
+      .filter((fact) => fact)
+      .flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
   );
   const upcoming = timer.next_fire_times.length
     ? h("ol", { id: "next-fire-times" }, timer.next_fire_times.map((t) => h("li", {}, when(t))))

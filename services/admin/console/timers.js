@@ -1,5 +1,5 @@
-// The timers page: the timers the key sees, by namespace, name prefix and state, a page at
-// a time; with a namespace chosen, a write key may pause, resume or delete the timers
+// The timers page: the timers the key sees, by namespace, name prefix, state and kind of
+// schedule, a page at a time; with a namespace chosen, a write key may pause, resume or delete the timers
 // selected or every timer the filter matches.
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
@@ -70,6 +70,7 @@ export async function timersPage(params) {
   const namespace = params.get("namespace") || "";
   const namePrefix = params.get("name_prefix") || "";
   const state = params.get("state") || "";
+  const kind = params.get("schedule_kind") || "";
   const after = params.get("after") || "";
   const select = await namespaceSelect(namespace);
   const prefix = h("input", { id: "name-prefix", name: "name_prefix", value: namePrefix, autocomplete: "off" });
@@ -78,22 +79,37 @@ export async function timersPage(params) {
     { id: "state", name: "state" },
     [["", "Any"], ["active", "Active"], ["paused", "Paused"]].map(([v, text]) => h("option", { value: v, selected: v === state }, text)),
   );
+  const kindSelect = h(
+    "select",
+    { id: "schedule-kind", name: "schedule_kind" },
+    [["", "Any"], ["cron", "Cron"], ["interval", "Interval"], ["once", "Once"], ["delay", "Delay"]].map(([v, text]) =>
+      h("option", { value: v, selected: v === kind }, text),
+    ),
+  );
   const filters = h(
     "form",
     {
       class: "filters",
       onsubmit: (event) => {
         event.preventDefault();
-        location.hash = link("#/timers", { namespace: select.value, name_prefix: prefix.value.trim(), state: stateSelect.value });
+        location.hash = link("#/timers", {
+          namespace: select.value,
+          name_prefix: prefix.value.trim(),
+          state: stateSelect.value,
+          schedule_kind: kindSelect.value,
+        });
       },
     },
     h("label", { for: "namespace" }, "Namespace", select),
     h("label", { for: "name-prefix" }, "Name begins with", prefix),
     h("label", { for: "state" }, "State", stateSelect),
+    h("label", { for: "schedule-kind" }, "Schedule", kindSelect),
     h("button", { type: "submit" }, "Show"),
     canWrite() ? h("a", { href: link("#/new", { namespace }), id: "new-timer" }, "New timer") : null,
   );
-  const page = await api("GET", "v1/timers", { query: { namespace, name_prefix: namePrefix, state, after, limit: 50 } });
+  const page = await api("GET", "v1/timers", {
+    query: { namespace, name_prefix: namePrefix, state, schedule_kind: kind, after, limit: 50 },
+  });
   const selectable = canWrite() && namespace !== "";
   const rows = page.timers.map((t) =>
     h(
@@ -121,7 +137,7 @@ export async function timersPage(params) {
     ? h(
         "p",
         {},
-        h("a", { href: link("#/timers", { namespace, name_prefix: namePrefix, state, after: page.next_after }), id: "next-page" }, "Next page"),
+        h("a", { href: link("#/timers", { namespace, name_prefix: namePrefix, state, schedule_kind: kind, after: page.next_after }), id: "next-page" }, "Next page"),
       )
     : null;
   const status = h("div", { id: "bulk-status", "aria-live": "polite" });

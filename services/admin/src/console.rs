@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 
 /// The console's files: name, content type, content.
-const FILES: [(&str, &str, &[u8]); 15] = [
+const FILES: [(&str, &str, &[u8]); 16] = [
     ("index.html", "text/html; charset=utf-8", include_bytes!("../console/index.html")),
     ("style.css", "text/css; charset=utf-8", include_bytes!("../console/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../console/app.js")),
@@ -26,6 +26,7 @@ const FILES: [(&str, &str, &[u8]); 15] = [
     ("namespaces.js", "text/javascript; charset=utf-8", include_bytes!("../console/namespaces.js")),
     ("runs.js", "text/javascript; charset=utf-8", include_bytes!("../console/runs.js")),
     ("audit.js", "text/javascript; charset=utf-8", include_bytes!("../console/audit.js")),
+    ("live.js", "text/javascript; charset=utf-8", include_bytes!("../console/live.js")),
 ];
 
 /// Scripts, styles and requests from this service only; no framing (clickjacking), no

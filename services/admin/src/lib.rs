@@ -11,6 +11,7 @@ pub mod dead_tasks;
 pub mod error;
 pub mod failed_auth;
 pub mod http_metrics;
+pub mod live_stats;
 pub mod me;
 pub mod metrics;
 pub mod namespace_runs;

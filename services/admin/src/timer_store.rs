@@ -3,6 +3,7 @@
 //! scoped to the caller's namespaces here, in one place: a timer of a namespace the caller
 //! does not see is not found, whatever the handler.
 
+use punctual_shared::schedule::KindName;
 use punctual_shared::timer::{NewTimer, TimerRow};
 use punctual_shared::timer_state::TimerState;
 use punctual_shared::timer_store::{self, StoreError};
@@ -67,6 +68,7 @@ pub struct ListFilter<'a> {
     /// A LIKE pattern of names.
     pub name_pattern: Option<String>,
     pub state: Option<TimerState>,
+    pub schedule_kind: Option<KindName>,
 }
 
 pub async fn list(
@@ -76,27 +78,44 @@ pub async fn list(
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<TimerRow>, ApiError> {
-    // `state <> 'deleted'` spelled out, not bound: the condition of the partial index
-    // `timers_namespace_name`, which a statement must repeat for the index to serve it.
-    Ok(punctual_shared::query_timer_rows!(
+    // Planned for each request's own filters: one statement serves every combination, and
+    // a plan cached for all of them (`$5 IS NULL OR name LIKE $5`) scans every timer by id
+    // for a name prefix (1.4 s with 1,000,000 timers), where a plan for the prefix given
+    // reads its few rows from the prefix index.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
+    // `state <> 'deleted'` spelled out, not bound: the condition of the partial indexes
+    // `timers_namespace_id` and `timers_namespace_name_prefix`, which a statement must
+    // repeat for an index to serve it.
+    let rows = punctual_shared::query_timer_rows!(
         "SELECT",
         "FROM timers
           WHERE state <> 'deleted' AND ($1::text IS NULL OR namespace = $1) AND ($2::uuid IS NULL OR id > $2)
             AND ($4::text[] IS NULL OR namespace = ANY($4))
             AND ($5::text IS NULL OR name LIKE $5) AND ($6::text IS NULL OR state = $6)
+            AND ($7::text IS NULL OR schedule_kind = $7)
           ORDER BY id LIMIT $3",
         filter.namespace,
         after,
         limit,
         caller.visible(),
         filter.name_pattern.as_deref(),
-        filter.state.map(TimerState::as_str)
+        filter.state.map(TimerState::as_str),
+        filter.schedule_kind.map(KindName::as_str)
     )
-    .fetch_all(pool)
-    .await?)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
-/// Sets the state of a live timer the caller sees.
-pub async fn set_state(pool: &PgPool, caller: &Caller, id: Uuid, new_state: TimerState) -> Result<TimerRow, ApiError> {
-    timer_store::set_state(pool, caller.visible(), id, new_state).await?.ok_or_else(|| not_found(id))
+/// Sets the state of a live timer the caller sees, with a note on why (none clears the last).
+pub async fn set_state(
+    pool: &PgPool,
+    caller: &Caller,
+    id: Uuid,
+    new_state: TimerState,
+    note: Option<&str>,
+) -> Result<TimerRow, ApiError> {
+    timer_store::set_state(pool, caller.visible(), id, new_state, note).await?.ok_or_else(|| not_found(id))
 }

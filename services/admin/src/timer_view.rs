@@ -29,6 +29,8 @@ pub struct TimerView {
     pub catchup_window_ms: i64,
     pub overlap_policy: OverlapPolicy,
     pub state: TimerState,
+    /// Why it was last paused or resumed, as the operator put it.
+    pub state_note: Option<String>,
     /// Bumped by every change of the schedule or action.
     pub version: i64,
     /// Bumped by every change of the timer: what a PATCH is conditional on.
@@ -108,6 +110,7 @@ impl TimerView {
             catchup_window_ms: row.catchup_window_ms,
             overlap_policy: row.overlap_policy,
             state: row.state,
+            state_note: row.state_note.clone(),
             version: row.version,
             revision: row.revision,
             created_at: row.created_at,

@@ -8,11 +8,12 @@ use axum::Json;
 use chrono::Utc;
 use punctual_shared::api_key::Role;
 use punctual_shared::audit::AuditAction;
+use punctual_shared::schedule::KindName;
 use punctual_shared::timer::{FieldError, TimerSpec};
 use punctual_shared::timer_state::TimerState;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -168,6 +169,8 @@ struct ListQuery {
     name_prefix: Option<String>,
     /// Only the timers in this state (`active` or `paused`).
     state: Option<TimerState>,
+    /// Only the timers of this kind of schedule.
+    schedule_kind: Option<KindName>,
 }
 
 /// The timers the key sees, by id.
@@ -192,6 +195,7 @@ async fn list_timers(
         namespace: q.namespace.as_deref(),
         name_pattern: q.name_prefix.as_deref().map(punctual_shared::timer_store::name_prefix_pattern),
         state: q.state,
+        schedule_kind: q.schedule_kind,
     };
     let rows = timer_store::list(&state.pool, &caller, &filter, q.after, limit).await?;
     let now = Utc::now();
@@ -199,23 +203,59 @@ async fn list_timers(
     Ok(Json(TimerPage { timers: rows.iter().map(|r| state.view(r, now)).collect(), next_after }))
 }
 
-async fn set_state(state: &AppState, caller: &Caller, id: &str, new_state: TimerState) -> Result<TimerView, ApiError> {
+/// The most characters a pause's or resume's note may have.
+const NOTE_MAX_CHARS: usize = 500;
+
+/// The optional body of a pause or resume: why, for whoever looks at the timer next.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateChange {
+    /// Why (at most 500 characters); kept beside the state until its next change.
+    note: Option<String>,
+}
+
+/// The note of a pause or resume: its body is optional, and an empty note is none.
+fn state_note(headers: &HeaderMap, body: &Bytes) -> Result<Option<String>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    // `null` is no note, as no body is.
+    let change: Option<StateChange> = parse_json(headers, body)?;
+    let note = change.and_then(|c| c.note).map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
+    if note.as_ref().is_some_and(|n| n.chars().count() > NOTE_MAX_CHARS) {
+        return Err(FieldError::new("note", format!("at most {NOTE_MAX_CHARS} characters")).into());
+    }
+    Ok(note)
+}
+
+async fn set_state(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    new_state: TimerState,
+    note: Option<String>,
+) -> Result<TimerView, ApiError> {
     caller.require(Role::Write)?;
-    let row = timer_store::set_state(&state.pool, caller, parse_id(id)?, new_state).await?;
+    let row = timer_store::set_state(&state.pool, caller, parse_id(id)?, new_state, note.as_deref()).await?;
     let action = match new_state {
         TimerState::Active => AuditAction::TimerResumed,
         TimerState::Paused => AuditAction::TimerPaused,
         TimerState::Deleted => AuditAction::TimerDeleted,
     };
-    let detail = json!({"name": row.name});
+    let detail = match &note {
+        Some(note) => json!({"name": row.name, "note": note}),
+        None => json!({"name": row.name}),
+    };
     audit::record(state, caller, Some(&row.namespace), action, Some(row.id.to_string()), detail).await;
     Ok(state.view(&row, Utc::now()))
 }
 
-/// Pauses a timer: nothing fires until it is resumed.
+/// Pauses a timer: nothing fires until it is resumed. The body, optional, gives a note on
+/// why, shown with the timer until its state changes again.
 #[utoipa::path(
     post, path = "/v1/timers/{id}/pause", tag = "timers",
     params(("id" = Uuid, Path, description = "The timer's id")),
+    request_body(content = Option<StateChange>, description = "Optional: a note on why"),
     responses(
         (status = 200, description = "Paused", body = TimerView),
         UnknownTimer,
@@ -226,14 +266,19 @@ async fn pause_timer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Json<TimerView>, ApiError> {
-    Ok(Json(set_state(&state, &caller, &id, TimerState::Paused).await?))
+    let note = state_note(&headers, &body)?;
+    Ok(Json(set_state(&state, &caller, &id, TimerState::Paused, note).await?))
 }
 
-/// Resumes a timer from now on, without the occurrences missed meanwhile.
+/// Resumes a timer from now on, without the occurrences missed meanwhile. The body,
+/// optional, gives a note on why; without one, the pause's note is cleared.
 #[utoipa::path(
     post, path = "/v1/timers/{id}/resume", tag = "timers",
     params(("id" = Uuid, Path, description = "The timer's id")),
+    request_body(content = Option<StateChange>, description = "Optional: a note on why"),
     responses(
         (status = 200, description = "Active", body = TimerView),
         UnknownTimer,
@@ -244,8 +289,11 @@ async fn resume_timer(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Json<TimerView>, ApiError> {
-    Ok(Json(set_state(&state, &caller, &id, TimerState::Active).await?))
+    let note = state_note(&headers, &body)?;
+    Ok(Json(set_state(&state, &caller, &id, TimerState::Active, note).await?))
 }
 
 /// Deletes a timer: the row (and its history) stays with `state = 'deleted'`; occurrences
@@ -264,6 +312,6 @@ async fn delete_timer(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    set_state(&state, &caller, &id, TimerState::Deleted).await?;
+    set_state(&state, &caller, &id, TimerState::Deleted, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }

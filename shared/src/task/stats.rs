@@ -73,3 +73,89 @@ pub async fn unfinished(pool: &PgPool) -> Result<i64, sqlx::Error> {
     .fetch_one(pool)
     .await
 }
+
+/// One namespace's recent occurrences, for a live view: those scheduled within the last
+/// window (of `window_seconds`), how many started and how they ended, the lag of their first
+/// attempts' starts, and those deferred to a later turn.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Recent {
+    pub namespace: String,
+    /// Scheduled within the window (up to now).
+    pub scheduled: i64,
+    /// Of them, started (running or finished).
+    pub started: i64,
+    pub succeeded: i64,
+    pub dead: i64,
+    /// Attempts that failed: all of a dead occurrence's, all but the last of the others.
+    pub failed_attempts: i64,
+    /// Pending again after an executor deferred them (a target's or the namespace's turn).
+    pub deferred: i64,
+    /// From the scheduled time to the first attempt's start, in milliseconds.
+    pub lag_p50_ms: Option<f64>,
+    pub lag_p99_ms: Option<f64>,
+}
+
+/// The occurrences scheduled within the last `window_seconds` of the `visible` namespaces'
+/// timers (every namespace's with `None`), by namespace. Through the BRIN index of
+/// scheduled times: the cost grows with the window's occurrences, not the history's.
+pub async fn recent(
+    pool: &PgPool,
+    visible: Option<&[String]>,
+    window_seconds: i32,
+) -> Result<Vec<Recent>, sqlx::Error> {
+    sqlx::query_as::<_, Recent>(
+        "SELECT tm.namespace, count(*) AS scheduled,
+                count(*) FILTER (WHERE t.started_at IS NOT NULL) AS started,
+                count(*) FILTER (WHERE t.status = 'succeeded') AS succeeded,
+                count(*) FILTER (WHERE t.status = 'dead') AS dead,
+                coalesce(sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END), 0)::bigint
+                  AS failed_attempts,
+                count(*) FILTER (WHERE t.status = 'pending' AND t.deferred_reason IS NOT NULL) AS deferred,
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.scheduled_at) * 1000)
+                  FILTER (WHERE t.attempt = 1 AND t.started_at IS NOT NULL) AS lag_p50_ms,
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.scheduled_at) * 1000)
+                  FILTER (WHERE t.attempt = 1 AND t.started_at IS NOT NULL) AS lag_p99_ms
+           FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+          WHERE t.scheduled_at > now() - $1 * interval '1 second' AND t.scheduled_at <= now()
+            AND ($2::text[] IS NULL OR tm.namespace = ANY($2))
+          GROUP BY tm.namespace
+          ORDER BY tm.namespace",
+    )
+    .bind(window_seconds)
+    .bind(visible)
+    .fetch_all(pool)
+    .await
+}
+
+/// A namespace's due backlog: pending tasks due more than a second ago, and how long ago
+/// the oldest was due, in seconds.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct NamespaceBacklog {
+    pub namespace: String,
+    pub due: i64,
+    pub oldest_seconds: Option<f64>,
+}
+
+/// The due backlog of the `visible` namespaces, by namespace: at most `limit` of the
+/// oldest due tasks are read (through the index of pending tasks by due time), so that a
+/// huge backlog costs a bounded read; a namespace's count then stops at what was read.
+pub async fn backlog_by_namespace(
+    pool: &PgPool,
+    visible: Option<&[String]>,
+    limit: i64,
+) -> Result<Vec<NamespaceBacklog>, sqlx::Error> {
+    sqlx::query_as::<_, NamespaceBacklog>(
+        "SELECT tm.namespace, count(*) AS due, extract(epoch FROM now() - min(d.due_at))::float8 AS oldest_seconds
+           FROM (SELECT timer_id, due_at FROM tasks
+                  WHERE status = 'pending' AND due_at <= now() - interval '1 second'
+                  ORDER BY due_at LIMIT $1) d
+           JOIN timers tm ON tm.id = d.timer_id
+          WHERE $2::text[] IS NULL OR tm.namespace = ANY($2)
+          GROUP BY tm.namespace
+          ORDER BY tm.namespace",
+    )
+    .bind(limit)
+    .bind(visible)
+    .fetch_all(pool)
+    .await
+}

@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use punctual_testkit::browser::Browser;
-use punctual_testkit::{eventually, Behaviour, Sink, Stack};
+use punctual_testkit::browser::{Browser, Key};
+use punctual_testkit::path_prefix::PathPrefix;
+use punctual_testkit::{eventually, eventually_or, Behaviour, Sink, Stack};
 use serde_json::{json, Value};
 
 async fn key(stack: &Stack, name: &str, role: &str, namespaces: &[&str]) -> String {
@@ -78,12 +79,16 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     browser.find(&format!("a[href='#/timers/{id}']")).await.click().await.unwrap();
     browser.find_text("#next-fire-times", "").await;
     browser.find("main button").await;
+    // Paused with a note, shown beside the state; resumed without one, which clears it.
+    browser.fill("#state-note", "held while the report is audited").await;
     browser.click_button("Pause").await;
     browser.find_text("#action-status", "Paused.").await;
-    browser.find_text("dl.facts", "paused").await;
+    browser.find_text("dl.facts", "held while the report is audited").await;
+    assert!(browser.find_text("dl.facts", "paused").await.contains("Note"));
     browser.click_button("Resume").await;
     browser.find_text("#action-status", "Resumed.").await;
-    browser.find_text("dl.facts", "active").await;
+    let facts = browser.find_text("dl.facts", "active").await;
+    assert!(!facts.contains("held while"), "the note is cleared by a resume without one: {facts}");
     browser.click_button("Trigger now").await;
     browser.find_text("#action-status", "Triggered").await;
     eventually(Duration::from_secs(30), "the triggered call", || async {
@@ -104,6 +109,29 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     let states: Vec<Value> = stack.runs(id).await;
     assert_eq!(states.len(), 1, "one run, the triggered one: {states:?}");
 
+    // The live page: the namespace's last minute, the triggered run among it, read again
+    // without a reload; another namespace's figures never shown.
+    browser.find("a[href='#/live']").await.click().await.unwrap();
+    browser.find("#live-updated").await;
+    // The last 15 minutes: the run may be more than a minute old on a busy machine.
+    browser.client.goto(&format!("{console}#/live?window=900")).await.unwrap();
+    let row = browser.find_text("#live tr[data-namespace='team-a']", "team-a").await;
+    assert!(!row.contains('—'), "a lag for its started run: {row}");
+    let page = browser.find_text("main", "Live").await;
+    assert!(!page.contains("null") && !page.contains("undefined"), "{page}");
+    assert_eq!(browser.count("#live tr[data-namespace='team-b']").await, 0);
+    let first = browser.find_text("#live-updated", "Updated").await;
+    browser.client.execute("document.getElementById('live').dataset.page = 'same'", vec![]).await.unwrap();
+    eventually(Duration::from_secs(15), "the live figures read again", || async {
+        let now = browser.find_text("#live-updated", "Updated").await;
+        (now != first).then_some(())
+    })
+    .await;
+    let same = browser.client.execute("return document.getElementById('live').dataset.page", vec![]).await.unwrap();
+    assert_eq!(same, json!("same"), "read again in the same page, not by a reload");
+    assert_accessible(&browser, "live").await;
+    browser.screenshot(&screenshot_path("live")).await;
+
     // Another namespace's timer by its id: not found, as for an unknown id.
     let theirs: Value =
         stack.http.get(stack.admin.url("/v1/timers?namespace=team-b")).send().await.unwrap().json().await.unwrap();
@@ -113,7 +141,8 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
 
     // Sign out forgets the key; a read key is offered no change.
     browser.client.goto(&console).await.unwrap();
-    browser.find("#sign-out").await.click().await.unwrap();
+    // The page loads anew: its navigation shows once the key is read back.
+    browser.find("#nav:not([hidden]) #sign-out").await.click().await.unwrap();
     browser.find("#api-key").await;
     let stored = browser.client.execute("return sessionStorage.length", vec![]).await.unwrap();
     assert_eq!(stored, json!(0), "the key is forgotten at sign-out");
@@ -123,6 +152,51 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     browser.find_text("main h1", "nightly-report").await;
     browser.find("#definition").await;
     assert_eq!(browser.count("main button").await, 0, "a read key is offered no action");
+    browser.close().await;
+}
+
+/// Behind a reverse proxy that serves the admin service under `/ops/punctual`, as an
+/// ingress may: the console's files, its API calls and its links all work there; on a
+/// phone's screen, with the keyboard alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_behind_a_path_prefix() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    let writer = key(&stack, "ops-erin", "write", &["team-a"]).await;
+    let timer = stack
+        .create_timer(&json!({"namespace": "team-a", "name": "behind-a-proxy", "schedule": {"every_ms": 3_600_000},
+            "action": {"http": {"url": sink.url("/proxied")}}}))
+        .await;
+    let id = timer["id"].as_str().unwrap();
+    let proxy = PathPrefix::start("/ops/punctual", &stack.admin.url("")).await;
+    let console = proxy.url("/console/");
+    // A phone's width, and the keyboard only: the key typed and sent with Enter, the
+    // timer's link reached with Tab and followed with Enter.
+    let browser = Browser::start(390, 844).await;
+    browser.client.goto(&console).await.unwrap();
+    browser.find("#api-key").await.send_keys(&format!("{writer}{}", Key::Enter)).await.unwrap();
+    browser.find("#nav:not([hidden])").await;
+    browser.find_text("main table", "behind-a-proxy").await;
+    let href = format!("#/timers/{id}");
+    let focused = eventually_or(Duration::from_secs(10), || async {
+        browser.client.active_element().await.unwrap().send_keys(&Key::Tab.to_string()).await.unwrap();
+        let now = browser.client.active_element().await.unwrap();
+        (now.attr("href").await.unwrap().as_deref() == Some(href.as_str())).then_some(now)
+    })
+    .await
+    .expect("the timer's link is reached with Tab");
+    focused.send_keys(&Key::Enter.to_string()).await.unwrap();
+    browser.find_text("main h1", "behind-a-proxy").await;
+    assert_accessible(&browser, "a timer, on a phone").await;
+    browser.screenshot(&screenshot_path("phone")).await;
+    browser.click_button("Trigger now").await;
+    browser.find_text("#action-status", "Triggered").await;
+    eventually(Duration::from_secs(30), "the call triggered through the proxy", || async {
+        (!sink.calls_to("/proxied").is_empty()).then_some(())
+    })
+    .await;
+    let address = browser.client.current_url().await.unwrap();
+    assert!(address.path().starts_with("/ops/punctual/console/"), "still under the prefix: {address}");
     browser.close().await;
 }
 

@@ -106,6 +106,13 @@ async fn each_schedule_kind_is_accepted() {
         assert_eq!(timer["action"]["http"]["method"], "POST");
         assert!(!timer["next_fire_times"].as_array().unwrap().is_empty(), "{name}");
     }
+    for (kind, name) in [("once", "once"), ("delay", "delay"), ("interval", "interval"), ("cron", "crontab")] {
+        let (status, _, list) = api.get(&format!("/v1/timers?schedule_kind={kind}")).await;
+        let names: Vec<&str> = list["timers"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!((status, names), (200, vec![name]), "listed by schedule kind {kind}");
+    }
+    let (status, _, problem) = api.get("/v1/timers?schedule_kind=weekly").await;
+    assert_eq!(status, 400, "{problem}");
 }
 
 #[tokio::test]
@@ -583,6 +590,106 @@ async fn namespace_stats_count_timers_and_the_last_hours_occurrences() {
     assert_eq!(empty["timers"]["active"], 0);
     let (status, _, problem) = api.get("/v1/namespaces/Bad%20Name/stats").await;
     assert_eq!((status, &problem["field"]), (422, &json!("namespace")));
+}
+
+/// The live figures: each namespace's occurrences of the last minute (started, ended, their
+/// lag and failures, those deferred) and its due backlog; another key's namespaces unseen.
+#[tokio::test]
+async fn the_live_figures_give_each_namespaces_last_minute_and_backlog() {
+    let api = spawn_api().await;
+    let billing = api.timer_in("billing", "billing").await;
+    let other = api.timer_in("other", "other").await;
+    // (timer, seconds ago, status, attempt, lag in ms of the start, deferred)
+    for (timer, ago, status, attempt, lag_ms, deferred) in [
+        (billing, 10, "succeeded", 1, Some(20), false),
+        (billing, 20, "succeeded", 1, Some(40), false),
+        (billing, 30, "succeeded", 2, Some(5_000), false),
+        (billing, 40, "dead", 3, Some(9_000), false),
+        (billing, 50, "pending", 1, None, true),
+        (billing, 600, "succeeded", 1, Some(10), false),
+        (other, 5, "succeeded", 1, Some(100), false),
+    ] {
+        sqlx::query(
+            "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status, attempt, started_at,
+                                deferred_reason)
+             VALUES ($1, now() - $2 * interval '1 second', now() - $2 * interval '1 second', 1, 0, $3, $4,
+                     now() - $2 * interval '1 second' + $5 * interval '1 millisecond', $6)",
+        )
+        .bind(timer)
+        .bind(ago)
+        .bind(status)
+        .bind(attempt)
+        .bind(lag_ms)
+        .bind(deferred.then_some("target_limit"))
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    }
+    let (status, _, live) = api.get("/v1/live").await;
+    assert_eq!(status, 200, "{live}");
+    assert_eq!(live["window_seconds"], 60);
+    let namespaces = live["namespaces"].as_array().unwrap();
+    let names: Vec<&str> = namespaces.iter().map(|n| n["namespace"].as_str().unwrap()).collect();
+    assert_eq!(names, ["billing", "other"]);
+    let billing_live = &namespaces[0];
+    assert_eq!(
+        (&billing_live["scheduled"], &billing_live["started"], &billing_live["succeeded"], &billing_live["dead"]),
+        (&json!(5), &json!(4), &json!(3), &json!(1)),
+        "{billing_live}"
+    );
+    assert_eq!((&billing_live["failed_attempts"], &billing_live["deferred"]), (&json!(4), &json!(1)));
+    assert_eq!(billing_live["fires_per_second"].as_f64().unwrap(), 4.0 / 60.0);
+    // The first attempts' starts only: 20 and 40 ms.
+    assert_eq!(billing_live["lag_p50_ms"].as_f64().unwrap().round(), 30.0, "{billing_live}");
+    assert!(billing_live["lag_p99_ms"].as_f64().unwrap() <= 40.0, "{billing_live}");
+    // The deferred occurrence, due 50 s ago, is the backlog.
+    assert_eq!(billing_live["backlog"], 1);
+    assert!(billing_live["backlog_oldest_seconds"].as_f64().unwrap() >= 50.0);
+    assert_eq!(live["backlog_capped"], false);
+
+    let (_, _, wide) = api.get("/v1/live?window_seconds=900").await;
+    assert_eq!(wide["namespaces"][0]["scheduled"], 6, "{wide}");
+    let (status, _, problem) = api.get("/v1/live?window_seconds=1").await;
+    assert_eq!((status, &problem["field"]), (400, &json!("window_seconds")), "{problem}");
+
+    let (_, _, key) = api.post("/v1/keys", &json!({"name": "reader", "role": "read", "namespaces": ["other"]})).await;
+    let (status, _, theirs) = api.with_key(key["key"].as_str()).get("/v1/live").await;
+    assert_eq!(status, 200, "{theirs}");
+    let names: Vec<&str> =
+        theirs["namespaces"].as_array().unwrap().iter().map(|n| n["namespace"].as_str().unwrap()).collect();
+    assert_eq!(names, ["other"], "another key's namespaces are not seen");
+}
+
+/// A pause's note stays with the timer until its state changes again without one; a note
+/// too long is refused, naming the field, and changes nothing; the audit log keeps it.
+#[tokio::test]
+async fn a_pause_keeps_its_note_until_the_state_changes_again() {
+    let api = spawn_api().await;
+    let id = api.timer_in("billing", "noted").await;
+    let (status, _, paused) =
+        api.post(&format!("/v1/timers/{id}/pause"), &json!({"note": "  invoices frozen until the audit  "})).await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(
+        (&paused["state"], &paused["state_note"]),
+        (&json!("paused"), &json!("invoices frozen until the audit"))
+    );
+    let (_, _, read) = api.get(&format!("/v1/timers/{id}")).await;
+    assert_eq!(read["state_note"], "invoices frozen until the audit");
+
+    let (status, _, problem) = api.post(&format!("/v1/timers/{id}/resume"), &json!({"note": "x".repeat(501)})).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("note")), "{problem}");
+    let (status, _, problem) = api.post(&format!("/v1/timers/{id}/resume"), &json!({"reason": "typo"})).await;
+    assert_eq!(status, 400, "an unknown field: {problem}");
+    let (_, _, read) = api.get(&format!("/v1/timers/{id}")).await;
+    assert_eq!((&read["state"], &read["state_note"]), (&json!("paused"), &json!("invoices frozen until the audit")));
+
+    let resumed = api.client.post(format!("{}/v1/timers/{id}/resume", api.base)).send().await.unwrap();
+    let (status, _, resumed) = Api::read(resumed).await;
+    assert_eq!((status, &resumed["state"], &resumed["state_note"]), (200, &json!("active"), &Value::Null), "no body");
+
+    let (_, _, audit) = api.get("/v1/audit?namespace=billing").await;
+    let pause = audit["entries"].as_array().unwrap().iter().find(|e| e["action"] == "timer_paused").unwrap();
+    assert_eq!(pause["detail"]["note"], "invoices frozen until the audit", "{pause}");
 }
 
 #[tokio::test]

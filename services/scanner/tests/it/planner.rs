@@ -180,17 +180,28 @@ async fn an_edit_re_plans_held_claims_in_place_and_never_claims_them_twice() {
     assert!(report.tasks_planned > 0);
     let held: Vec<i64> = held_by_a.iter().map(|t| t.id).collect();
     assert!(report.claimed.iter().all(|t| !held.contains(&t.id)), "a held claim handed out a second time");
-    // What scanner-a holds stays its own, at the new version: it publishes it once, and
-    // it runs with the new definition.
-    let rows: Vec<(i64, String, Option<String>, i64)> =
-        sqlx::query_as("SELECT id, status, claim_owner, timer_version FROM tasks WHERE id = ANY($1) ORDER BY id")
-            .bind(&held)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    // What scanner-a holds stays its own: it publishes it once. From the edit on, at the new
+    // version (it runs with the new definition); an occurrence due before the edit (a slow
+    // machine's test reaches the edit seconds after `now`) was not planned again.
+    let edited: DateTime<Utc> =
+        sqlx::query_scalar("SELECT updated_at FROM timers WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap();
+    type HeldRow = (i64, String, Option<String>, i64, DateTime<Utc>);
+    let rows: Vec<HeldRow> = sqlx::query_as(
+        "SELECT id, status, claim_owner, timer_version, scheduled_at FROM tasks WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(&held)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), held.len());
-    for (task_id, status, owner, version) in rows {
-        assert_eq!((status.as_str(), owner.as_deref(), version), ("claimed", Some("scanner-a"), 2), "task {task_id}");
+    assert!(rows.iter().any(|r| r.4 >= edited), "a held claim due after the edit");
+    for (task_id, status, owner, version, at) in rows {
+        let expected = if at >= edited { 2 } else { 1 };
+        assert_eq!(
+            (status.as_str(), owner.as_deref(), version),
+            ("claimed", Some("scanner-a"), expected),
+            "task {task_id} at {at}, edited at {edited}"
+        );
     }
 }
 
