@@ -8,6 +8,7 @@
 
 mod baselines;
 mod env;
+mod idle;
 mod measure;
 mod neighbors;
 mod panels;
@@ -176,6 +177,13 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// What the stack costs with one timer firing every 5 s: each process's CPU over `seconds`.
+    Idle {
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// The console's timer list, a page at a time for each filter, with `timers` timers stored.
     TimerList {
         #[arg(long, default_value_t = 1_000_000)]
@@ -273,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Surface { readyz_clients, requests, servers } => {
             surface::surface(&servers.start(), surface::Surface { readyz_clients, requests }).await.map(drop)
         }
+        Command::Idle { seconds, servers } => idle::idle(&servers.start(), seconds).await.map(drop),
         Command::TimerList { timers, requests, servers } => {
             timer_list::timer_list(&servers.start(), timers, requests).await.map(drop)
         }

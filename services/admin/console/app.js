@@ -41,7 +41,23 @@ function signInPage(message) {
 
 const ID = "[0-9a-f-]{36}";
 
+// One page is built at a time, the latest asked for last: a page still waiting for the API
+// when another is asked for (a link followed while the first one loads) would otherwise
+// finish after it and replace it.
+let building = null;
+let asked = false;
 async function route() {
+  asked = true;
+  if (building) return;
+  while (asked) {
+    asked = false;
+    building = buildPage();
+    await building;
+  }
+  building = null;
+}
+
+async function buildPage() {
   const [path, search] = (location.hash.slice(1) || "/timers").split("?");
   const params = new URLSearchParams(search || "");
   if (!key.get()) return signInPage();

@@ -115,6 +115,7 @@ async fn a_write_key_sees_its_namespace_pauses_resumes_and_triggers_and_a_read_k
     browser.find("#live-updated").await;
     // The last 15 minutes: the run may be more than a minute old on a busy machine.
     browser.client.goto(&format!("{console}#/live?window=900")).await.unwrap();
+    browser.find("#window option[value='900'][selected]").await;
     let row = browser.find_text("#live tr[data-namespace='team-a']", "team-a").await;
     assert!(!row.contains('—'), "a lag for its started run: {row}");
     let page = browser.find_text("main", "Live").await;
@@ -328,6 +329,8 @@ async fn timers_matching_a_filter_are_paused_in_bulk_and_a_dead_letter_is_replay
 
     // Everything a filter matches, paused after a confirmation; then one selected, resumed.
     browser.client.goto(&format!("{console}#/timers?namespace=team-a&name_prefix=batch-")).await.unwrap();
+    // The filtered page, not the one signing in showed first.
+    browser.find("#name-prefix[value='batch-']").await;
     let list = browser.find_text("main table", "batch-3").await;
     assert!(!list.contains("other-1"), "{list}");
     browser.click_button("Pause all matching").await;
