@@ -13,7 +13,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::bucket::{owned_join, Held, MEMBER};
-use crate::schedule::to_millis;
+use crate::schedule::{to_millis, KindName};
 use crate::timer::{Action, NewTimer, ScheduleColumns, TimerRow, DEFAULT_TIMEOUT_MS};
 use crate::timer_state::{PlanStatus, TimerState};
 
@@ -190,17 +190,20 @@ pub fn name_prefix_pattern(prefix: &str) -> String {
 }
 
 /// The timers a bulk change names: one namespace's (which the caller has checked it may
-/// change), narrowed by a LIKE pattern of names or a list of ids.
+/// change), narrowed by a LIKE pattern of names, a list of ids, and a kind of schedule (the
+/// filters of the timer list, so that "all matching" is what the list showed).
 pub struct Selection<'a> {
     pub namespace: &'a str,
     pub name_pattern: Option<&'a str>,
     pub ids: Option<&'a [Uuid]>,
+    pub schedule_kind: Option<KindName>,
 }
 
-/// The timers of a selection ($1 namespace, $2 name pattern, $3 ids) in the states a bulk
-/// change changes ($4).
+/// The timers of a selection ($1 namespace, $2 name pattern, $3 ids, $5 kind of schedule)
+/// in the states a bulk change changes ($4).
 const SELECTED: &str = "namespace = $1 AND state = ANY($4)
-    AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))";
+    AND ($2::text IS NULL OR name LIKE $2) AND ($3::uuid[] IS NULL OR id = ANY($3))
+    AND ($5::text IS NULL OR schedule_kind = $5)";
 
 /// Sets the state of at most `limit` of the selected timers that are in one of the states
 /// `from` to `to`, in one statement, clearing their notes; returns their ids and whether
@@ -213,9 +216,10 @@ pub async fn set_states(
     limit: i64,
 ) -> Result<(Vec<Uuid>, bool), sqlx::Error> {
     let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
+    let kind = selection.schedule_kind.map(KindName::as_str);
     let changed: Vec<Uuid> = sqlx::query_scalar(&format!(
-        "UPDATE timers SET state = $5, state_note = NULL
-          WHERE id IN (SELECT id FROM timers WHERE {SELECTED} ORDER BY id LIMIT $6 FOR UPDATE)
+        "UPDATE timers SET state = $6, state_note = NULL
+          WHERE id IN (SELECT id FROM timers WHERE {SELECTED} ORDER BY id LIMIT $7 FOR UPDATE)
             AND state = ANY($4)
          RETURNING id"
     ))
@@ -223,6 +227,7 @@ pub async fn set_states(
     .bind(selection.name_pattern)
     .bind(selection.ids)
     .bind(&from)
+    .bind(kind)
     .bind(to)
     .bind(limit)
     .fetch_all(pool)
@@ -233,6 +238,7 @@ pub async fn set_states(
             .bind(selection.name_pattern)
             .bind(selection.ids)
             .bind(from)
+            .bind(kind)
             .fetch_one(pool)
             .await?;
     Ok((changed, more))

@@ -1,6 +1,7 @@
 //! A reverse proxy that serves a service under a path prefix (`/punctual/...` to `/...`), as
 //! an ingress often does: what the service answers must work there too (the console's
-//! links and API calls among it). Requests and answers pass unchanged but for the path.
+//! links, redirects and API calls among it). Requests and answers pass unchanged but for
+//! the path.
 
 use std::net::SocketAddr;
 
@@ -77,14 +78,9 @@ async fn forward(State(target): State<Target>, request: Request) -> Response {
         Err(error) => return (StatusCode::BAD_GATEWAY, error.to_string()).into_response(),
     };
     let status = answer.status();
+    // Redirects pass as they are, as behind an ingress that does not rewrite them
+    // (ingress-nginx's default): one to an absolute path would leave the prefix.
     let mut headers: HeaderMap = answer.headers().clone();
-    // A redirect the service gives is to its own paths: under the prefix here.
-    if let Some(location) = headers.get(axum::http::header::LOCATION).and_then(|l| l.to_str().ok()) {
-        if location.starts_with('/') {
-            let moved = format!("{}{location}", target.prefix);
-            headers.insert(axum::http::header::LOCATION, moved.parse().expect("a header value"));
-        }
-    }
     let body = answer.bytes().await.unwrap_or_default();
     headers.remove(axum::http::header::TRANSFER_ENCODING);
     headers.remove(axum::http::header::CONTENT_LENGTH);

@@ -4,7 +4,7 @@
 import { api, key } from "./api.js";
 import { auditPage } from "./audit.js";
 import { deadPage } from "./dead.js";
-import { h, main, problem, show } from "./dom.js";
+import { h, main, problem, router, show } from "./dom.js";
 import { timerForm } from "./form.js";
 import { livePage } from "./live.js";
 import { session } from "./session.js";
@@ -42,20 +42,28 @@ function signInPage(message) {
 const ID = "[0-9a-f-]{36}";
 
 // One page is built at a time, the latest asked for last: a page still waiting for the API
-// when another is asked for (a link followed while the first one loads) would otherwise
-// finish after it and replace it.
+// when another is asked for (a link followed while the first one loads, an action's page
+// built again) would otherwise finish after it and replace it. The promise is the whole
+// run's: awaiting it waits for the latest page.
 let building = null;
 let asked = false;
-async function route() {
+function route() {
   asked = true;
-  if (building) return;
-  while (asked) {
-    asked = false;
-    building = buildPage();
-    await building;
+  if (!building) {
+    building = (async () => {
+      try {
+        while (asked) {
+          asked = false;
+          await buildPage();
+        }
+      } finally {
+        building = null;
+      }
+    })();
   }
-  building = null;
+  return building;
 }
+router.route = route;
 
 async function buildPage() {
   const [path, search] = (location.hash.slice(1) || "/timers").split("?");
@@ -88,7 +96,9 @@ document.getElementById("sign-out").addEventListener("click", () => {
   key.forget();
   session.me = null;
   document.getElementById("nav").hidden = true;
-  location.hash = "#/sign-in";
+  // Signed in at #/sign-in already, the hash would not change: the page is built anyway.
+  if (location.hash === "#/sign-in") route();
+  else location.hash = "#/sign-in";
 });
 // The fragment routes pages, so the skip link moves the focus itself.
 document.querySelector(".skip").addEventListener("click", (event) => {

@@ -2,7 +2,7 @@
 // a write key may replay one, those selected, or every one the filter matches.
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
-import { h, problem, show, table, when } from "./dom.js";
+import { h, problem, router, show, table, when } from "./dom.js";
 import { namespaceFilter } from "./namespaces.js";
 import { canWrite } from "./session.js";
 
@@ -33,8 +33,8 @@ export async function deadPage(params) {
   const report = async (work) => {
     try {
       const replayed = await work();
-      await deadPage(params);
-      document.getElementById("replay-status").replaceChildren(h("p", { class: "notice" }, `${replayed} replayed.`));
+      await router.route();
+      document.getElementById("replay-status")?.replaceChildren(h("p", { class: "notice" }, `${replayed} replayed.`));
     } catch (error) {
       status.replaceChildren(problem(error));
     }

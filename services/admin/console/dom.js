@@ -3,6 +3,9 @@ import { ApiError } from "./api.js";
 
 export const main = document.getElementById("main");
 
+/** The console's router (app.js sets it): `await router.route()` builds the current page again. */
+export const router = { route: async () => {} };
+
 /** An element: `h("a", {href: "#"}, "text", child…)`; `on…` attributes are listeners. */
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);

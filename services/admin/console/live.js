@@ -51,7 +51,9 @@ const COLUMNS = [
 ];
 
 export async function livePage(params) {
-  const windowSeconds = Number(params.get("window")) || 60;
+  // One of the windows offered: another in the address is the first.
+  const asked = Number(params.get("window"));
+  const windowSeconds = WINDOWS.some(([seconds]) => seconds === asked) ? asked : WINDOWS[0][0];
   const windowSelect = h(
     "select",
     { id: "window", name: "window" },
@@ -80,7 +82,12 @@ export async function livePage(params) {
           : h("p", {}, "Nothing was scheduled in this window, and nothing is due."),
         live.backlog_capped ? h("p", { class: "error" }, "The backlog is larger than was counted: at least these.") : null,
       ];
+      // A keyboard user on a namespace's link stays on it as the table is built again.
+      const focused = figures.contains(document.activeElement)
+        ? document.activeElement.closest("tr")?.dataset.namespace
+        : undefined;
       figures.replaceChildren(...parts.filter((part) => part));
+      if (focused !== undefined) figures.querySelector(`tr[data-namespace="${CSS.escape(focused)}"] a`)?.focus();
       updated.textContent = `Updated ${new Date(live.at).toLocaleTimeString()}; read again every ${REFRESH_MS / 1000} s.`;
     } catch (error) {
       figures.replaceChildren(problem(error));

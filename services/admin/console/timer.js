@@ -2,19 +2,20 @@
 // may do to it (pause or resume with a note, trigger, backfill, edit, delete).
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
-import { h, problem, show, table, when } from "./dom.js";
+import { h, problem, router, show, table, when } from "./dom.js";
 import { describeSchedule } from "./schedule.js";
 import { canWrite } from "./session.js";
 
 /** A `datetime-local` input's value (the browser's own time zone) as an ISO instant. */
 export const instant = (value) => new Date(value).toISOString();
 
+// The page shown may be another by the time an action ends (a link followed meanwhile).
 function notice(text) {
-  document.getElementById("action-status").replaceChildren(h("p", { class: "notice" }, text));
+  document.getElementById("action-status")?.replaceChildren(h("p", { class: "notice" }, text));
 }
 
 function failed(error) {
-  document.getElementById("action-status").replaceChildren(problem(error));
+  document.getElementById("action-status")?.replaceChildren(problem(error));
 }
 
 function actionButton(id, label, path, done) {
@@ -25,7 +26,7 @@ function actionButton(id, label, path, done) {
       onclick: async () => {
         try {
           await api("POST", `v1/timers/${id}/${path}`);
-          await timerPage(id);
+          await router.route();
           notice(done);
         } catch (error) {
           failed(error);
@@ -49,7 +50,7 @@ function stateForm(id, state) {
         event.preventDefault();
         try {
           await api("POST", `v1/timers/${id}/${path}`, { body: { note: note.value.trim() || null } });
-          await timerPage(id);
+          await router.route();
           notice(done);
         } catch (error) {
           failed(error);

@@ -3,7 +3,7 @@
 // selected or every timer the filter matches.
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
-import { h, link, problem, show, table, when } from "./dom.js";
+import { h, link, problem, router, show, table, when } from "./dom.js";
 import { describeSchedule } from "./schedule.js";
 import { namespaceSelect } from "./namespaces.js";
 import { canWrite } from "./session.js";
@@ -24,18 +24,23 @@ async function bulk(action, filter) {
   }
 }
 
-function bulkActions(namespace, namePrefix, status) {
+function bulkActions(namespace, namePrefix, state, kind, status) {
   const selected = () => [...document.querySelectorAll("input[name=selected]:checked")].map((box) => box.value);
   const report = async (work) => {
     try {
       const text = await work();
-      await timersPage(new URLSearchParams(location.hash.split("?")[1] || ""));
-      document.getElementById("bulk-status").replaceChildren(h("p", { class: "notice" }, text));
+      await router.route();
+      document.getElementById("bulk-status")?.replaceChildren(h("p", { class: "notice" }, text));
     } catch (error) {
       status.replaceChildren(problem(error));
     }
   };
-  const matching = namePrefix ? `every timer of ${namespace} whose name begins with “${namePrefix}”` : `every timer of ${namespace}`;
+  const narrowed = [
+    namePrefix ? `whose name begins with “${namePrefix}”` : null,
+    state ? `that is ${state}` : null,
+    kind ? `with a ${kind} schedule` : null,
+  ].filter((part) => part);
+  const matching = [`every timer of ${namespace}`, ...narrowed].join(" ");
   return h(
     "div",
     { class: "actions", id: "bulk" },
@@ -57,8 +62,11 @@ function bulkActions(namespace, namePrefix, status) {
     BULK.map(([action, label, done]) =>
       confirmed(`${label} all matching`, `Yes: ${label.toLowerCase()} ${matching}`, () =>
         report(async () => {
+          // The list's filters, every one: "all matching" is what the list showed.
           const filter = { namespace };
           if (namePrefix) filter.name_prefix = namePrefix;
+          if (state) filter.state = state;
+          if (kind) filter.schedule_kind = kind;
           return `${await bulk(action, filter)} ${done}.`;
         }),
       ),
@@ -144,7 +152,7 @@ export async function timersPage(params) {
   show(
     "Timers",
     filters,
-    selectable ? bulkActions(namespace, namePrefix, status) : null,
+    selectable ? bulkActions(namespace, namePrefix, state, kind, status) : null,
     status,
     rows.length ? list : h("p", {}, "No timers here."),
     more,

@@ -1,5 +1,6 @@
 //! Pausing, resuming or deleting many timers at once, by filter: `POST
-//! /v1/timers/bulk/{pause,resume,delete}` with `{"namespace", "name_prefix"?, "ids"?}`.
+//! /v1/timers/bulk/{pause,resume,delete}` with `{"namespace", "name_prefix"?, "state"?,
+//! "schedule_kind"?, "ids"?}`: the timer list's filters.
 //! One statement changes at most [`MAX_PER_CALL`] timers; the answer says whether more
 //! match, and the same call goes on with them.
 
@@ -8,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use punctual_shared::audit::AuditAction;
+use punctual_shared::schedule::KindName;
 use punctual_shared::timer::{check_namespace, FieldError};
 use punctual_shared::timer_state::TimerState;
 use serde::{Deserialize, Serialize};
@@ -43,12 +45,16 @@ enum BulkAction {
     Delete,
 }
 
-/// Which timers: those of one namespace, narrowed by a name prefix or a list of ids.
+/// Which timers: those of one namespace, narrowed as the timer list narrows them (a name
+/// prefix, a state, a kind of schedule) or to a list of ids.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Filter {
     namespace: String,
     name_prefix: Option<String>,
+    /// Only the timers in this state (`active` or `paused`).
+    state: Option<TimerState>,
+    schedule_kind: Option<KindName>,
     ids: Option<Vec<Uuid>>,
 }
 
@@ -99,13 +105,23 @@ async fn bulk_change_timers(
     if filter.ids.as_ref().is_some_and(|ids| ids.len() as i64 > MAX_PER_CALL) {
         return Err(FieldError::new("ids", format!("at most {MAX_PER_CALL} ids")).into());
     }
+    if filter.state == Some(TimerState::Deleted) {
+        return Err(FieldError::new("state", "deleted timers are changed no more: active or paused").into());
+    }
+    // A state filter narrows the states the action changes (pausing paused timers changes none).
+    let from: Vec<TimerState> = from.iter().copied().filter(|s| filter.state.is_none_or(|only| only == *s)).collect();
     let pattern = filter.name_prefix.as_deref().map(timer_store::name_prefix_pattern);
     let selection = timer_store::Selection {
         namespace: &filter.namespace,
         name_pattern: pattern.as_deref(),
         ids: filter.ids.as_deref(),
+        schedule_kind: filter.schedule_kind,
     };
-    let (changed, more) = timer_store::set_states(&state.pool, &selection, from, to, MAX_PER_CALL).await?;
+    let (changed, more) = if from.is_empty() {
+        (Vec::new(), false)
+    } else {
+        timer_store::set_states(&state.pool, &selection, &from, to, MAX_PER_CALL).await?
+    };
     tracing::info!(%action, namespace = %filter.namespace, changed = changed.len(), "bulk change");
     if !changed.is_empty() {
         let audited = match to {
@@ -113,7 +129,8 @@ async fn bulk_change_timers(
             TimerState::Paused => AuditAction::TimersPaused,
             TimerState::Deleted => AuditAction::TimersDeleted,
         };
-        let detail = json!({"name_prefix": filter.name_prefix, "timers": changed});
+        let detail = json!({"name_prefix": filter.name_prefix, "state": filter.state,
+                            "schedule_kind": filter.schedule_kind, "timers": changed});
         audit::record(&state, &caller, Some(&filter.namespace), audited, None, detail).await;
     }
     Ok(Json(BulkResult { changed, more }))

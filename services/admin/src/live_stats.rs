@@ -40,7 +40,8 @@ struct Live {
     at: DateTime<Utc>,
     window_seconds: i32,
     namespaces: Vec<NamespaceLive>,
-    /// The backlog was read only up to its 100,000 oldest tasks: counts are at least these.
+    /// The backlog was read only up to its 100,000 oldest tasks (of the namespaces the key
+    /// sees): the counts are at least these.
     backlog_capped: bool,
 }
 
@@ -53,7 +54,7 @@ struct NamespaceLive {
     fires_per_second: f64,
     /// Occurrences scheduled within the window.
     scheduled: i64,
-    /// Of them, started (running or finished).
+    /// Of them, started: running, finished by a call, or waiting for a retry.
     started: i64,
     succeeded: i64,
     /// Failed their last attempt.
@@ -124,7 +125,7 @@ async fn live(
     caller: Caller,
     query: Result<Query<LiveQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Live>, ApiError> {
-    let q = request::query(query, None)?;
+    let q = request::query(query, Some("window_seconds"))?;
     caller.require(Role::Read)?;
     let window_seconds = q.window_seconds.unwrap_or(60);
     if !(5..=3600).contains(&window_seconds) {

@@ -82,7 +82,7 @@ pub struct Recent {
     pub namespace: String,
     /// Scheduled within the window (up to now).
     pub scheduled: i64,
-    /// Of them, started (running or finished).
+    /// Of them, started: running, finished by a call, or waiting for a retry.
     pub started: i64,
     pub succeeded: i64,
     pub dead: i64,
@@ -98,28 +98,38 @@ pub struct Recent {
 /// The occurrences scheduled within the last `window_seconds` of the `visible` namespaces'
 /// timers (every namespace's with `None`), by namespace. Through the BRIN index of
 /// scheduled times: the cost grows with the window's occurrences, not the history's.
+///
+/// A task's `started_at` is its latest attempt's (and a deferral or a cancellation at the
+/// start sets it too): the first attempt's start of a retried occurrence is in its history.
 pub async fn recent(
     pool: &PgPool,
     visible: Option<&[String]>,
     window_seconds: i32,
 ) -> Result<Vec<Recent>, sqlx::Error> {
     sqlx::query_as::<_, Recent>(
-        "SELECT tm.namespace, count(*) AS scheduled,
-                count(*) FILTER (WHERE t.started_at IS NOT NULL) AS started,
-                count(*) FILTER (WHERE t.status = 'succeeded') AS succeeded,
-                count(*) FILTER (WHERE t.status = 'dead') AS dead,
-                coalesce(sum(CASE WHEN t.status = 'dead' THEN t.attempt ELSE t.attempt - 1 END), 0)::bigint
+        "WITH w AS (
+            SELECT tm.namespace, t.status, t.attempt, t.deferred_reason,
+                   t.status IN ('running', 'succeeded', 'dead') OR t.attempt > 1 AS started,
+                   extract(epoch FROM CASE WHEN t.attempt = 1 THEN t.started_at ELSE a.started_at END
+                                      - t.scheduled_at) * 1000 AS lag_ms
+              FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+              LEFT JOIN task_attempts a ON a.task_id = t.id AND a.attempt = 1 AND t.attempt > 1
+             WHERE t.scheduled_at > now() - $1 * interval '1 second' AND t.scheduled_at <= now()
+               AND ($2::text[] IS NULL OR tm.namespace = ANY($2))
+         )
+         SELECT namespace, count(*) AS scheduled, count(*) FILTER (WHERE started) AS started,
+                count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+                count(*) FILTER (WHERE status = 'dead') AS dead,
+                coalesce(sum(CASE WHEN status = 'dead' THEN attempt ELSE attempt - 1 END), 0)::bigint
                   AS failed_attempts,
-                count(*) FILTER (WHERE t.status = 'pending' AND t.deferred_reason IS NOT NULL) AS deferred,
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.scheduled_at) * 1000)
-                  FILTER (WHERE t.attempt = 1 AND t.started_at IS NOT NULL) AS lag_p50_ms,
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM t.started_at - t.scheduled_at) * 1000)
-                  FILTER (WHERE t.attempt = 1 AND t.started_at IS NOT NULL) AS lag_p99_ms
-           FROM tasks t JOIN timers tm ON tm.id = t.timer_id
-          WHERE t.scheduled_at > now() - $1 * interval '1 second' AND t.scheduled_at <= now()
-            AND ($2::text[] IS NULL OR tm.namespace = ANY($2))
-          GROUP BY tm.namespace
-          ORDER BY tm.namespace",
+                count(*) FILTER (WHERE status = 'pending' AND deferred_reason IS NOT NULL) AS deferred,
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY lag_ms) FILTER (WHERE started AND lag_ms IS NOT NULL)
+                  AS lag_p50_ms,
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY lag_ms) FILTER (WHERE started AND lag_ms IS NOT NULL)
+                  AS lag_p99_ms
+           FROM w
+          GROUP BY namespace
+          ORDER BY namespace",
     )
     .bind(window_seconds)
     .bind(visible)
@@ -136,23 +146,24 @@ pub struct NamespaceBacklog {
     pub oldest_seconds: Option<f64>,
 }
 
-/// The due backlog of the `visible` namespaces, by namespace: at most `limit` of the
+/// The due backlog of the `visible` namespaces, by namespace: at most `limit` of their
 /// oldest due tasks are read (through the index of pending tasks by due time), so that a
-/// huge backlog costs a bounded read; a namespace's count then stops at what was read.
+/// huge backlog costs a bounded read; the counts then add up to `limit`, and each stops at
+/// what was read.
 pub async fn backlog_by_namespace(
     pool: &PgPool,
     visible: Option<&[String]>,
     limit: i64,
 ) -> Result<Vec<NamespaceBacklog>, sqlx::Error> {
     sqlx::query_as::<_, NamespaceBacklog>(
-        "SELECT tm.namespace, count(*) AS due, extract(epoch FROM now() - min(d.due_at))::float8 AS oldest_seconds
-           FROM (SELECT timer_id, due_at FROM tasks
-                  WHERE status = 'pending' AND due_at <= now() - interval '1 second'
-                  ORDER BY due_at LIMIT $1) d
-           JOIN timers tm ON tm.id = d.timer_id
-          WHERE $2::text[] IS NULL OR tm.namespace = ANY($2)
-          GROUP BY tm.namespace
-          ORDER BY tm.namespace",
+        "SELECT d.namespace, count(*) AS due, extract(epoch FROM now() - min(d.due_at))::float8 AS oldest_seconds
+           FROM (SELECT tm.namespace, t.due_at
+                   FROM tasks t JOIN timers tm ON tm.id = t.timer_id
+                  WHERE t.status = 'pending' AND t.due_at <= now() - interval '1 second'
+                    AND ($2::text[] IS NULL OR tm.namespace = ANY($2))
+                  ORDER BY t.due_at LIMIT $1) d
+          GROUP BY d.namespace
+          ORDER BY d.namespace",
     )
     .bind(limit)
     .bind(visible)
