@@ -1,6 +1,7 @@
 //! End-to-end and fault tests: the real stack, each service a process of its own, against the test run's Postgres and broker (or servers of a test's own). One test binary; .config/nextest.toml says which tests may not overlap.
 
 mod claims;
+mod configuration;
 mod console;
 mod delivery;
 mod executor_group;
