@@ -31,6 +31,12 @@ export function show(title, ...content) {
   window.scrollTo(0, 0);
 }
 
+/** A duration in milliseconds, as "850 ms" or "2.3 s"; "—" for none. */
+export function duration(ms) {
+  if (ms == null) return "—";
+  return ms < 1000 ? `${Math.max(Math.round(ms), 0)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
 export function when(iso) {
   if (!iso) return "—";
   return h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString());

@@ -2,7 +2,7 @@
 // and its due backlog, from GET /v1/live, read again every few seconds while the page is
 // shown, without a reload.
 import { api } from "./api.js";
-import { h, link, problem, show, table } from "./dom.js";
+import { duration, h, link, problem, show, table } from "./dom.js";
 
 /** How often the figures are read again, in milliseconds. */
 const REFRESH_MS = 2000;
@@ -13,10 +13,6 @@ const WINDOWS = [
 ];
 
 const rate = (perSecond) => (perSecond >= 10 ? perSecond.toFixed(0) : perSecond.toFixed(2));
-function duration(ms) {
-  if (ms == null) return "—";
-  return ms < 1000 ? `${Math.max(Math.round(ms), 0)} ms` : `${(ms / 1000).toFixed(1)} s`;
-}
 
 function row(n) {
   const number = (value, attrs = {}) => h("td", { class: `number ${attrs.class || ""}`.trim() }, value);

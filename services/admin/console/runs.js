@@ -1,16 +1,14 @@
 // A namespace's runs: its occurrences by status and range of scheduled times, newest
 // first, each with its failed attempts and its lag (from the scheduled time to the start).
 import { api } from "./api.js";
-import { h, link, show, table, when } from "./dom.js";
+import { duration, h, link, show, table, when } from "./dom.js";
 import { namespaceChoices, namespaceSelect } from "./namespaces.js";
 import { instant } from "./timer.js";
 
 const STATUSES = ["", "pending", "claimed", "running", "succeeded", "dead", "cancelled"];
 
 function lag(run) {
-  if (!run.started_at) return "—";
-  const ms = new Date(run.started_at) - new Date(run.scheduled_at);
-  return ms < 1000 ? `${Math.max(ms, 0)} ms` : `${(ms / 1000).toFixed(1)} s`;
+  return duration(run.started_at ? new Date(run.started_at) - new Date(run.scheduled_at) : null);
 }
 
 function attempts(run) {

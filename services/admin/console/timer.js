@@ -18,23 +18,19 @@ function failed(error) {
   document.getElementById("action-status")?.replaceChildren(problem(error));
 }
 
+/** Posts an action on the timer, then builds its page again and says `done` (or the error). */
+async function act(id, path, done, body) {
+  try {
+    await api("POST", `v1/timers/${id}/${path}`, { body });
+    await router.route();
+    notice(done);
+  } catch (error) {
+    failed(error);
+  }
+}
+
 function actionButton(id, label, path, done) {
-  return h(
-    "button",
-    {
-      type: "button",
-      onclick: async () => {
-        try {
-          await api("POST", `v1/timers/${id}/${path}`);
-          await router.route();
-          notice(done);
-        } catch (error) {
-          failed(error);
-        }
-      },
-    },
-    label,
-  );
+  return h("button", { type: "button", onclick: () => act(id, path, done) }, label);
 }
 
 /** Pause or resume, with an optional note on why (kept beside the state until its next change). */
@@ -46,15 +42,9 @@ function stateForm(id, state) {
     {
       class: "inline",
       id: "state-change",
-      onsubmit: async (event) => {
+      onsubmit: (event) => {
         event.preventDefault();
-        try {
-          await api("POST", `v1/timers/${id}/${path}`, { body: { note: note.value.trim() || null } });
-          await router.route();
-          notice(done);
-        } catch (error) {
-          failed(error);
-        }
+        return act(id, path, done, { note: note.value.trim() || null });
       },
     },
     h("label", { for: "state-note" }, "Note (why, optional)", note),

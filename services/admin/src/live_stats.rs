@@ -47,7 +47,7 @@ struct Live {
 
 /// One namespace over the window: its occurrences scheduled within it, and its due backlog
 /// now. A namespace with neither is left out.
-#[derive(Debug, Serialize, ToSchema, PartialEq)]
+#[derive(Debug, Default, Serialize, ToSchema, PartialEq)]
 struct NamespaceLive {
     namespace: String,
     /// Occurrences started, per second of the window.
@@ -72,30 +72,13 @@ struct NamespaceLive {
     backlog_oldest_seconds: Option<f64>,
 }
 
-impl NamespaceLive {
-    fn new(namespace: String) -> Self {
-        Self {
-            namespace,
-            fires_per_second: 0.0,
-            scheduled: 0,
-            started: 0,
-            succeeded: 0,
-            dead: 0,
-            failed_attempts: 0,
-            deferred: 0,
-            lag_p50_ms: None,
-            lag_p99_ms: None,
-            backlog: 0,
-            backlog_oldest_seconds: None,
-        }
-    }
-}
-
 /// Joins the window's figures and the backlog by namespace (both sorted by it).
 fn by_namespace(recent: Vec<Recent>, backlog: Vec<NamespaceBacklog>, window_seconds: i32) -> Vec<NamespaceLive> {
     let mut all: BTreeMap<String, NamespaceLive> = BTreeMap::new();
     for r in recent {
-        let entry = all.entry(r.namespace.clone()).or_insert_with(|| NamespaceLive::new(r.namespace));
+        let entry = all
+            .entry(r.namespace.clone())
+            .or_insert_with(|| NamespaceLive { namespace: r.namespace, ..Default::default() });
         entry.fires_per_second = r.started as f64 / f64::from(window_seconds);
         entry.scheduled = r.scheduled;
         entry.started = r.started;
@@ -107,7 +90,9 @@ fn by_namespace(recent: Vec<Recent>, backlog: Vec<NamespaceBacklog>, window_seco
         entry.lag_p99_ms = r.lag_p99_ms;
     }
     for b in backlog {
-        let entry = all.entry(b.namespace.clone()).or_insert_with(|| NamespaceLive::new(b.namespace));
+        let entry = all
+            .entry(b.namespace.clone())
+            .or_insert_with(|| NamespaceLive { namespace: b.namespace, ..Default::default() });
         entry.backlog = b.due;
         entry.backlog_oldest_seconds = b.oldest_seconds;
     }
@@ -127,13 +112,7 @@ async fn live(
 ) -> Result<Json<Live>, ApiError> {
     let q = request::query(query, Some("window_seconds"))?;
     caller.require(Role::Read)?;
-    let window_seconds = q.window_seconds.unwrap_or(60);
-    if !(5..=3600).contains(&window_seconds) {
-        return Err(ApiError::BadRequest {
-            field: Some("window_seconds".into()),
-            detail: "window_seconds: must be between 5 and 3600".into(),
-        });
-    }
+    let window_seconds = request::bounded("window_seconds", q.window_seconds, 60, 5..=3600)?;
     let at = Utc::now();
     let recent = stats::recent(&state.pool, caller.visible(), window_seconds).await?;
     let backlog = stats::backlog_by_namespace(&state.pool, caller.visible(), BACKLOG_READ).await?;

@@ -1,5 +1,8 @@
 //! Reading requests: JSON bodies (naming the field at fault), page sizes and ids.
 
+use std::fmt::Display;
+use std::ops::RangeInclusive;
+
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
@@ -76,16 +79,25 @@ pub fn query<T>(query: Result<Query<T>, QueryRejection>, field: Option<&str>) ->
     query.map(|Query(q)| q).map_err(|e| ApiError::BadRequest { field: field.map(str::to_owned), detail: e.body_text() })
 }
 
-/// A page size: 100 unless given, at most 1000.
-pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
-    let limit = limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
+/// A query parameter's number: `default` unless given, within `range` (a 400 naming
+/// `field` outside it).
+pub fn bounded<T>(field: &str, value: Option<T>, default: T, range: RangeInclusive<T>) -> Result<T, ApiError>
+where
+    T: PartialOrd + Display + Copy,
+{
+    let value = value.unwrap_or(default);
+    if !range.contains(&value) {
         return Err(ApiError::BadRequest {
-            field: Some("limit".into()),
-            detail: "limit: must be between 1 and 1000".into(),
+            field: Some(field.into()),
+            detail: format!("{field}: must be between {} and {}", range.start(), range.end()),
         });
     }
-    Ok(limit)
+    Ok(value)
+}
+
+/// A page size: 100 unless given, at most 1000.
+pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    bounded("limit", limit, 100, 1..=1000)
 }
 
 pub fn parse_id(id: &str) -> Result<Uuid, ApiError> {
