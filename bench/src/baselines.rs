@@ -321,6 +321,7 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         due_at: Some(chrono::Utc::now()),
         bucket: 1023,
         epoch: 1_000,
+        shard: None,
     };
     let payload = serde_json::to_vec(&message)?;
     let key = message.key();

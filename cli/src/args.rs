@@ -157,8 +157,12 @@ pub enum TimerCommand {
         /// The callback's JSON body.
         #[arg(long)]
         body: Option<String>,
+        /// Each occurrence as this many calls (shards, 1 to 1000), each told its index and
+        /// the total in the `Punctual-Shard` header.
+        #[arg(long)]
+        shards: Option<i32>,
         /// A timer as JSON (the API's `POST /v1/timers` body), `-` for standard input.
-        #[arg(long, conflicts_with_all = ["name", "url"])]
+        #[arg(long, conflicts_with_all = ["name", "url", "shards"])]
         file: Option<String>,
     },
     /// Shows a timer.
@@ -180,6 +184,10 @@ pub enum TimerCommand {
         /// A new callback URL (the rest of the action stays).
         #[arg(long)]
         url: Option<String>,
+        /// A new number of shards an occurrence is split into (1: one call), from the next
+        /// occurrence not yet started.
+        #[arg(long)]
+        shards: Option<i32>,
         /// The fields to change as JSON, `-` for standard input.
         #[arg(long)]
         file: Option<String>,

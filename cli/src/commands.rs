@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use punctual_shared::api_key::{ApiKey, Role};
+use punctual_shared::fan_out::FanOut;
 use punctual_shared::sealed::SecretKeys;
 use punctual_shared::sealed_store;
 use punctual_shared::timer::{ActionSpec, HttpActionSpec, ScheduleSpec, TimerSpec};
@@ -28,6 +29,8 @@ struct TimerPatch {
     schedule: Option<ScheduleSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     action: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fan_out: Option<FanOut>,
 }
 
 #[derive(Debug, Serialize)]
@@ -298,7 +301,7 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
             let answer = client.post("/v1/timers", Some(&json_file(&file)?)).await?;
             out.show(&answer, || print_timer(&answer));
         }
-        TimerCommand::Create { name, namespace, schedule: s, url, method, headers: h, body, file: None } => {
+        TimerCommand::Create { name, namespace, schedule: s, url, method, headers: h, body, shards, file: None } => {
             if !s.given() {
                 return Err(CliError::Usage("give a schedule: --cron, --every-ms, --at or --delay-ms".into()));
             }
@@ -321,6 +324,7 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
                 misfire_policy: None,
                 catchup_window_ms: None,
                 overlap_policy: None,
+                fan_out: shards.map(|shards| FanOut { shards }),
             };
             let answer = client.post("/v1/timers", Some(&spec)).await?;
             out.show(&answer, || print_timer(&answer));
@@ -335,7 +339,7 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
             let answer = client.get("/v1/timers", &query).await?;
             out.show(&answer, || print_timers(&answer["timers"]));
         }
-        TimerCommand::Update { id, name, schedule: s, url, file } => {
+        TimerCommand::Update { id, name, schedule: s, url, shards, file } => {
             let path = id_path(&id)?;
             let current = client.get(&path, &[]).await?;
             let revision = current["revision"].as_i64().unwrap_or_default();
@@ -356,10 +360,13 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
                     action
                 });
                 let schedule = s.given().then(|| rescheduled(&current["schedule"], s));
-                if name.is_none() && schedule.is_none() && action.is_none() {
-                    return Err(CliError::Usage("nothing to change: give --name, a schedule, --url or --file".into()));
+                let fan_out = shards.map(|shards| FanOut { shards });
+                if name.is_none() && schedule.is_none() && action.is_none() && fan_out.is_none() {
+                    return Err(CliError::Usage(
+                        "nothing to change: give --name, a schedule, --url, --shards or --file".into(),
+                    ));
                 }
-                client.patch(&path, &TimerPatch { revision, name, schedule, action }).await?
+                client.patch(&path, &TimerPatch { revision, name, schedule, action, fan_out }).await?
             };
             out.show(&answer, || print_timer(&answer));
         }

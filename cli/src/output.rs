@@ -63,6 +63,9 @@ pub fn print_timer(timer: &Value) {
     ] {
         t.add_row([field.to_owned(), value]);
     }
+    if let Some(shards) = timer["fan_out"]["shards"].as_i64() {
+        t.add_row(["shards".to_owned(), shards.to_string()]);
+    }
     if !timer["state_note"].is_null() {
         t.add_row(["note".to_owned(), text(&timer["state_note"])]);
     }
@@ -89,12 +92,17 @@ pub fn print_timers(timers: &Value) {
 }
 
 pub fn print_runs(runs: &Value) {
-    let mut t = table(&["TASK", "TIMER", "SCHEDULED AT", "STATUS", "ATTEMPT", "HTTP", "MS", "ERROR"]);
+    let mut t = table(&["TASK", "TIMER", "SCHEDULED AT", "SHARD", "STATUS", "ATTEMPT", "HTTP", "MS", "ERROR"]);
     for run in runs.as_array().into_iter().flatten() {
+        let shard = match run["shards"].as_i64() {
+            Some(total) if total > 1 => format!("{}/{total}", text(&run["shard"])),
+            _ => "-".to_owned(),
+        };
         t.add_row([
             text(&run["id"]),
             text(&run["timer_id"]),
             text(&run["scheduled_at"]),
+            shard,
             text(&run["status"]),
             text(&run["attempt"]),
             text(&run["http_status"]),

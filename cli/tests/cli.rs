@@ -143,6 +143,9 @@ async fn timers_are_managed_from_the_command_line() {
     );
     assert_eq!(moved["action"]["http"]["url"], "https://hooks.example.com/moved");
     assert_eq!(moved["action"]["http"]["headers"]["X-Env"], "prod", "the rest of the action stays");
+    let sharded = json(&punctual(&admin, key, &["-o", "json", "timer", "update", &id, "--shards", "4"]).await);
+    assert_eq!(sharded["fan_out"], serde_json::json!({"shards": 4}));
+    assert!(stdout(&punctual(&admin, key, &["timer", "get", &id]).await).contains("shards"));
 
     let paused = json(&punctual(&admin, key, &["-o", "json", "timer", "pause", &id, "--note", "a freeze"]).await);
     assert_eq!(
@@ -164,7 +167,8 @@ async fn timers_are_managed_from_the_command_line() {
     );
     assert_eq!(backfilled["occurrences"], 0, "the timer was created after that range: {backfilled}");
     let runs = stdout(&punctual(&admin, key, &["run", "list", "--timer", &id]).await);
-    assert_eq!(runs.lines().count(), 2, "the header and the triggered run: {runs}");
+    assert_eq!(runs.lines().count(), 5, "the header and the triggered occurrence's four shards: {runs}");
+    assert!(runs.contains("3/4"), "{runs}");
     let preview = stdout(
         &punctual(
             &admin,
@@ -201,6 +205,26 @@ async fn every_error_is_one_line_and_a_non_zero_exit() {
         .await,
     );
     assert!(line.contains("422 invalid-field") && line.contains("(field schedule.cron)"), "{line}");
+    let line = failure(
+        &punctual(
+            &admin,
+            key,
+            &[
+                "timer",
+                "create",
+                "--name",
+                "n",
+                "--every-ms",
+                "60000",
+                "--url",
+                "https://e.example.com/",
+                "--shards",
+                "0",
+            ],
+        )
+        .await,
+    );
+    assert!(line.contains("422 invalid-field") && line.contains("(field fan_out.shards)"), "{line}");
     let line = failure(
         &punctual(
             &admin,

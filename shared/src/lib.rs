@@ -11,6 +11,7 @@ pub mod audit;
 pub mod bucket;
 pub mod config;
 pub mod db;
+pub mod fan_out;
 pub mod kafka_topics;
 pub mod namespace_policy;
 pub mod paused_target;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::fan_out::FanOut;
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
 use crate::schedule::{check_span, CronSchedule, DstGap, KindName, Schedule, ScheduleKind};
@@ -65,6 +66,9 @@ pub struct TimerSpec {
     pub catchup_window_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_policy: Option<OverlapPolicy>,
+    /// Each occurrence as several calls (shards); one call unless given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOut>,
 }
 
 /// Exactly one of `cron`, `at`, `delay_ms`, `every_ms`; as answered, the one the timer has.
@@ -214,10 +218,11 @@ pub const MAX_SEALED_HEADER_VALUE_BYTES: usize = 6 * 1024;
 
 /// Request headers a timer may not set: those of the connection and its framing, which
 /// the HTTP client sets (and which would send a stored secret to another host: `Host`), and
-/// the Standard Webhooks signature headers, which the executor sets.
+/// the Standard Webhooks signature headers and the service's own (`Punctual-Shard`), which
+/// the executor sets.
 const CONNECTION_HEADERS: [&str; 8] =
     ["host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"];
-const RESERVED_HEADER_PREFIXES: [&str; 2] = ["proxy-", "webhook-"];
+const RESERVED_HEADER_PREFIXES: [&str; 3] = ["proxy-", "webhook-", SERVICE_HEADER_PREFIX];
 
 /// Whether a callback header of this name is the connection's or the service's, which no
 /// timer may set (any case).
@@ -328,6 +333,8 @@ pub struct NewTimer {
     pub misfire_policy: MisfirePolicy,
     pub catchup_window_ms: i64,
     pub overlap_policy: OverlapPolicy,
+    /// Calls an occurrence is split into (1: not fanned out).
+    pub fan_out_shards: i16,
 }
 
 pub fn check_namespace(ns: &str) -> Result<(), FieldError> {
@@ -366,6 +373,7 @@ impl TimerSpec {
             misfire_policy: self.misfire_policy.unwrap_or_default(),
             catchup_window_ms,
             overlap_policy: self.overlap_policy.unwrap_or_default(),
+            fan_out_shards: self.fan_out.map(FanOut::validate).transpose()?.unwrap_or(1),
         })
     }
 }
@@ -479,6 +487,8 @@ pub struct TimerRow {
     pub catchup_window_ms: i64,
     pub overlap_policy: OverlapPolicy,
     pub dst_gap: DstGap,
+    /// Calls each occurrence is split into (1 to 1000).
+    pub fan_out_shards: i32,
     pub state: TimerState,
     /// Why it was last paused or resumed, as the operator put it.
     pub state_note: Option<String>,
@@ -601,9 +611,11 @@ pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
 }
 
 /// The occurrence time named by a task identity (the inverse of [`task_identity`]'s second
-/// half), e.g. as a callback target reads it from `Idempotency-Key`.
+/// half; a shard's identity ends with `/` and its index), e.g. as a callback target reads
+/// it from `Idempotency-Key`.
 pub fn identity_scheduled_at(identity: &str) -> Option<DateTime<Utc>> {
     let (_, at) = identity.split_once(':')?;
+    let at = at.split_once('/').map_or(at, |(at, _shard)| at);
     DateTime::parse_from_rfc3339(at).ok().map(|t| t.with_timezone(&Utc))
 }
 
@@ -623,6 +635,7 @@ mod tests {
     fn an_identity_names_its_occurrence_time() {
         let at = DateTime::parse_from_rfc3339("2026-12-24T18:00:00.5Z").unwrap().with_timezone(&Utc);
         assert_eq!(identity_scheduled_at(&task_identity(Uuid::nil(), at)), Some(at));
+        assert_eq!(identity_scheduled_at(&format!("{}/15", task_identity(Uuid::nil(), at))), Some(at));
         assert_eq!(identity_scheduled_at("no-time-here"), None);
         assert_eq!(identity_timer_id(&task_identity(Uuid::nil(), at)), Some(Uuid::nil()));
         assert_eq!(identity_timer_id("no-timer-here:2026-12-24T18:00:00.500Z"), None);

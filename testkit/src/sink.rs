@@ -25,6 +25,12 @@ pub struct Call {
 }
 
 impl Call {
+    /// The shard's index and total, from the `Punctual-Shard` header (`3/16`).
+    pub fn shard(&self) -> Option<(u16, u16)> {
+        let (index, total) = self.headers.get("punctual-shard")?.to_str().ok()?.split_once('/')?;
+        Some((index.parse().ok()?, total.parse().ok()?))
+    }
+
     /// The occurrence time, read from the Idempotency-Key (`<timer_id>:<RFC 3339>`).
     pub fn scheduled_at(&self) -> Option<DateTime<Utc>> {
         punctual_shared::timer::identity_scheduled_at(self.idempotency_key.as_deref()?)
@@ -105,6 +111,12 @@ impl Sink {
         self.shared.behaviours.lock().expect("sink lock").insert(path.to_owned(), behaviour);
     }
 
+    /// Sets how the calls of shard `index` of fanned-out occurrences (their `Punctual-Shard`
+    /// header) to `path` are answered from now on, instead of as the path's.
+    pub fn behave_for_shard(&self, path: &str, index: u16, behaviour: Behaviour) {
+        self.shared.behaviours.lock().expect("sink lock").insert(format!("{path}#{index}"), behaviour);
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.shared.calls.lock().expect("sink lock").clone()
     }
@@ -138,10 +150,12 @@ async fn record(
     };
     tracing::info!(path = %call.path, key = ?call.idempotency_key, "sink received a call");
     let path = call.path.clone();
+    let shard_path = call.shard().map(|(index, _)| format!("{path}#{index}"));
     shared.calls.lock().expect("sink lock").push(call);
     let (status, delay, retry_after) = {
         let mut behaviours = shared.behaviours.lock().expect("sink lock");
-        match behaviours.get_mut(&path) {
+        let key = shard_path.filter(|p| behaviours.contains_key(p)).unwrap_or(path);
+        match behaviours.get_mut(&key) {
             Some(b) => {
                 let status = if b.script.is_empty() { 200 } else { b.script.remove(0) };
                 (status, b.delay, b.retry_after.clone())

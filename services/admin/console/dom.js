@@ -42,6 +42,12 @@ export function when(iso) {
   return h("time", { datetime: iso, title: iso }, new Date(iso).toLocaleString());
 }
 
+/** When a run was scheduled, and which shard of its occurrence it is when fanned out. */
+export function scheduled(run) {
+  if (!(run.shards > 1)) return when(run.scheduled_at);
+  return h("span", {}, when(run.scheduled_at), ` · shard ${run.shard}/${run.shards}`);
+}
+
 /** An API error (or any), as an alert naming the field at fault. */
 export function problem(error) {
   const text = error instanceof ApiError && error.field ? `${error.field}: ${error.message}` : error.message;

@@ -1,7 +1,7 @@
 // A namespace's runs: its occurrences by status and range of scheduled times, newest
 // first, each with its failed attempts and its lag (from the scheduled time to the start).
 import { api } from "./api.js";
-import { duration, h, link, show, table, when } from "./dom.js";
+import { duration, h, link, scheduled, show, table } from "./dom.js";
 import { namespaceChoices, namespaceSelect } from "./namespaces.js";
 import { instant } from "./timer.js";
 
@@ -71,7 +71,7 @@ export async function runsPage(params) {
       "tr",
       { "data-run": r.id },
       h("td", {}, h("a", { href: `#/timers/${r.timer_id}` }, r.timer_id.slice(0, 8))),
-      h("td", {}, when(r.scheduled_at)),
+      h("td", {}, scheduled(r)),
       h("td", {}, h("span", { class: `status-${r.status}` }, r.status)),
       h("td", {}, attempts(r)),
       h("td", {}, r.http_status ?? "—"),

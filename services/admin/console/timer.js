@@ -2,7 +2,7 @@
 // may do to it (pause or resume with a note, trigger, backfill, edit, delete).
 import { api } from "./api.js";
 import { confirmed } from "./confirm.js";
-import { h, problem, router, show, table, when } from "./dom.js";
+import { h, problem, router, scheduled, show, table, when } from "./dom.js";
 import { describeSchedule } from "./schedule.js";
 import { canWrite } from "./session.js";
 
@@ -111,7 +111,7 @@ function runsTable(runs) {
     h(
       "tr",
       { "data-run": r.id },
-      h("td", {}, when(r.scheduled_at)),
+      h("td", {}, scheduled(r)),
       h("td", {}, h("span", { class: `status-${r.status}` }, r.status)),
       h("td", {}, r.attempt),
       h("td", {}, r.http_status ?? "—"),
@@ -154,6 +154,7 @@ export async function timerPage(id) {
       ["Revision", timer.revision],
       ["Misfire policy", timer.misfire_policy],
       ["Overlap policy", timer.overlap_policy],
+      timer.fan_out ? ["Shards", `${timer.fan_out.shards} calls an occurrence`] : null,
       ["Created", when(timer.created_at)],
       ["Updated", when(timer.updated_at)],
     ]

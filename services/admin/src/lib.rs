@@ -28,6 +28,7 @@ pub mod secret_headers;
 pub mod signing_secrets;
 pub mod startup_error;
 pub mod state;
+pub mod timer_occurrence;
 pub mod timer_policy;
 pub mod timer_runs;
 pub mod timer_stats;

@@ -14,7 +14,7 @@ use crate::error::Problem;
 use crate::state::AppState;
 use crate::{
     api_keys, audit, bulk_actions, dead_tasks, live_stats, me, namespace_runs, namespace_stats, namespaces,
-    operator_actions, paused_targets, signing_secrets, timer_runs, timers,
+    operator_actions, paused_targets, signing_secrets, timer_occurrence, timer_runs, timers,
 };
 
 #[derive(OpenApi)]
@@ -88,6 +88,7 @@ pub fn routes() -> (Router<AppState>, Document) {
     let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(timers::routes())
         .merge(timer_runs::routes())
+        .merge(timer_occurrence::routes())
         .merge(operator_actions::routes())
         .merge(bulk_actions::routes())
         .merge(dead_tasks::routes())

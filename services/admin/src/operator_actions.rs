@@ -57,11 +57,15 @@ async fn active_timer(state: &AppState, caller: &Caller, id: Uuid, action: &str)
 /// The occurrence a trigger added.
 #[derive(Debug, Serialize, ToSchema)]
 struct Triggered {
+    /// Its task (its first shard's, for a fanned-out timer).
     task_id: i64,
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
-    /// Its identity: the callback's `Idempotency-Key` and `webhook-id`.
+    /// Its identity: the callback's `Idempotency-Key` and `webhook-id` (a shard's is this,
+    /// then `/` and the shard's index).
     idempotency_key: String,
+    /// The calls it is split into (1 unless the timer fans out).
+    shards: i32,
 }
 
 /// Runs an active timer now: one extra occurrence at this millisecond, with its own
@@ -99,8 +103,13 @@ async fn trigger_timer(
                 detail,
             )
             .await;
-            let triggered =
-                Triggered { task_id, timer_id: id, scheduled_at: at, idempotency_key: task_identity(id, at) };
+            let triggered = Triggered {
+                task_id,
+                timer_id: id,
+                scheduled_at: at,
+                idempotency_key: task_identity(id, at),
+                shards: timer.fan_out_shards,
+            };
             Ok((StatusCode::ACCEPTED, Json(triggered)))
         }
         // Paused or deleted meanwhile, or an occurrence at this very millisecond.

@@ -14,7 +14,8 @@ pub fn parse_status(status: &str) -> Result<TaskStatus, FieldError> {
     status.parse().map_err(|e: String| FieldError::new("status", e))
 }
 
-pub const RUN_COLUMNS: &str = "t.id, t.timer_id, t.scheduled_at, t.due_at, t.status, t.attempt, t.claimed_at,
+pub const RUN_COLUMNS: &str =
+    "t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.due_at, t.status, t.attempt, t.claimed_at,
     t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms, t.deferred_reason,
     COALESCE((SELECT json_agg(json_build_object(
                 'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
@@ -32,13 +33,18 @@ pub struct FailedAttempt {
     pub duration_ms: Option<i32>,
 }
 
-/// One occurrence of a timer: its identity is (`timer_id`, `scheduled_at`).
+/// One occurrence of a timer, or one shard of a fanned-out occurrence: its identity is
+/// (`timer_id`, `scheduled_at`, `shard`).
 #[derive(Debug, sqlx::FromRow, Serialize, ToSchema)]
 pub struct RunView {
     /// The task's id (what a replay names).
     pub id: i64,
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
+    /// Which call of the occurrence, from 0 (0 when not fanned out).
+    pub shard: i16,
+    /// The calls the occurrence is split into (1 when not fanned out).
+    pub shards: i16,
     /// When it is run: its scheduled time, or later for a retry.
     pub due_at: DateTime<Utc>,
     pub status: TaskStatus,

@@ -59,7 +59,7 @@ async fn list_timer_runs(
     let runs = sqlx::query_as::<_, RunView>(&format!(
         "SELECT {RUN_COLUMNS} FROM tasks t
           WHERE timer_id = $1 AND ($2::text IS NULL OR status = $2)
-          ORDER BY scheduled_at DESC LIMIT $3"
+          ORDER BY scheduled_at DESC, shard LIMIT $3"
     ))
     .bind(id)
     .bind(status)

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use punctual_shared::fan_out::FanOut;
 use punctual_shared::policy::{MisfirePolicy, OverlapPolicy};
 use punctual_shared::retry::RetryPolicy;
 use punctual_shared::timer::{
@@ -28,6 +29,9 @@ pub struct TimerView {
     pub misfire_policy: MisfirePolicy,
     pub catchup_window_ms: i64,
     pub overlap_policy: OverlapPolicy,
+    /// Present when each occurrence is split into shards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOut>,
     pub state: TimerState,
     /// Why it was last paused or resumed, as the operator put it.
     pub state_note: Option<String>,
@@ -109,6 +113,7 @@ impl TimerView {
             misfire_policy: row.misfire_policy,
             catchup_window_ms: row.catchup_window_ms,
             overlap_policy: row.overlap_policy,
+            fan_out: FanOut::of(row.fan_out_shards),
             state: row.state,
             state_note: row.state_note.clone(),
             version: row.version,
@@ -153,6 +158,7 @@ impl TimerView {
             misfire_policy: Some(self.misfire_policy),
             catchup_window_ms: Some(self.catchup_window_ms),
             overlap_policy: Some(self.overlap_policy),
+            fan_out: self.fan_out,
         }
     }
 }
@@ -189,6 +195,10 @@ pub struct TimerPatch {
     #[serde(default, deserialize_with = "null_is_default")]
     #[schema(value_type = Option<OverlapPolicy>)]
     pub overlap_policy: Option<Option<OverlapPolicy>>,
+    /// Applies from the next occurrence not yet started; `null`: one call an occurrence.
+    #[serde(default, deserialize_with = "null_is_default")]
+    #[schema(value_type = Option<FanOut>)]
+    pub fan_out: Option<Option<FanOut>>,
 }
 
 /// A field that, when given, is not `null`.
@@ -217,6 +227,7 @@ impl TimerPatch {
             misfire_policy: self.misfire_policy.unwrap_or(current.misfire_policy),
             catchup_window_ms: self.catchup_window_ms.unwrap_or(current.catchup_window_ms),
             overlap_policy: self.overlap_policy.unwrap_or(current.overlap_policy),
+            fan_out: self.fan_out.unwrap_or(current.fan_out),
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use punctual_shared::fan_out::SHARD_HEADER;
 use punctual_shared::task::StartedTask;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
@@ -34,9 +35,13 @@ pub async fn publish(producer: &Producer, task: &StartedTask, namespaces: &Names
     let key = task.action.kafka_key.clone().unwrap_or_else(|| identity.clone());
     let value = serde_json::to_vec(task.action.kafka_value.as_ref().unwrap_or(&Value::Null)).expect("JSON serializes");
     let attempt = task.attempt.to_string();
+    let shard = task.shard.is_fanned_out().then(|| task.shard.header_value());
     let mut headers = OwnedHeaders::new()
         .insert(Header { key: IDENTITY_HEADER, value: Some(identity.as_bytes()) })
         .insert(Header { key: "punctual-attempt", value: Some(attempt.as_bytes()) });
+    if let Some(shard) = &shard {
+        headers = headers.insert(Header { key: SHARD_HEADER, value: Some(shard.as_bytes()) });
+    }
     if let Value::Object(map) = &task.action.kafka_headers {
         // The service's own headers stay the only ones of their names (a timer written with
         // SQL is not checked by the API).

@@ -30,8 +30,8 @@ use uuid::Uuid;
 
 /// Most timers a pass reads; a pass that reads this many runs again at once.
 pub const PASS_SIZE: i64 = 2_000;
-/// Most occurrences planned for one timer in one pass.
-const MAX_OCCURRENCES_PER_PASS: usize = 10_000;
+/// Most tasks planned for one timer in one pass (a fanned-out occurrence is a task a shard).
+const MAX_TASKS_PER_PASS: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -269,11 +269,13 @@ impl Planner {
         let policy = row.misfire_policy;
         let catchup_from = now.checked_sub_signed(catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let planned_before = tasks.len();
+        // The schema bounds it to 1..=1000.
+        let shards = row.fan_out_shards.clamp(1, punctual_shared::fan_out::MAX_SHARDS) as i16;
         let mut misfired = 0;
         let mut latest_missed: Option<DateTime<Utc>> = None;
         let mut next = Some(first);
         while let Some(at) = next {
-            if at >= plan_until || tasks.len() - planned_before >= MAX_OCCURRENCES_PER_PASS {
+            if at >= plan_until || tasks.len() - planned_before >= MAX_TASKS_PER_PASS {
                 break;
             }
             let missed = at < now - misfire;
@@ -295,15 +297,15 @@ impl Planner {
             if keep {
                 if let Some(m) = latest_missed.take() {
                     misfired -= 1;
-                    tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+                    tasks.extend(PlannedTask::shards_of(row.id, m, row.version, shards));
                 }
-                tasks.push(PlannedTask { timer_id: row.id, scheduled_at: at, timer_version: row.version });
+                tasks.extend(PlannedTask::shards_of(row.id, at, row.version, shards));
             }
             next = if schedule.is_one_shot() { None } else { schedule.next_after(row.created_at, at) };
         }
         if let Some(m) = latest_missed {
             misfired -= 1;
-            tasks.push(PlannedTask { timer_id: row.id, scheduled_at: m, timer_version: row.version });
+            tasks.extend(PlannedTask::shards_of(row.id, m, row.version, shards));
         }
         match next {
             Some(at) => PlanUpdate {

@@ -7,6 +7,7 @@ use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::bucket::{owned_join, Held, MEMBER};
+use crate::fan_out::Shard;
 
 /// A task claimed by a scanner, to be published at `due_at`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -16,6 +17,9 @@ pub struct ClaimedTask {
     pub scheduled_at: DateTime<Utc>,
     pub due_at: DateTime<Utc>,
     pub bucket: i16,
+    /// Which call of its occurrence this task is.
+    #[sqlx(flatten)]
+    pub shard: Shard,
     /// The bucket's epoch when claimed: the message carries it, and the executor runs the
     /// task only while the task is claimed at that epoch.
     pub epoch: i64,
@@ -28,7 +32,8 @@ pub struct ClaimedTask {
 
 /// The columns of a [`ClaimedTask`] returned by an `UPDATE tasks t`.
 const CLAIMED_COLUMNS: &str =
-    "t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.claim_epoch AS epoch, t.attempt, t.lease_until";
+    "t.id, t.timer_id, t.scheduled_at, t.due_at, t.bucket, t.shard, t.shards, t.claim_epoch AS epoch, t.attempt,
+     t.lease_until";
 
 /// Claims up to `limit` tasks of the buckets `held` still holds: pending ones due before
 /// now + `lookahead` (first attempts and retries alike), and claimed ones whose lease has

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::claim::ClaimedTask;
-use crate::timer::task_identity;
+use crate::fan_out::Shard;
 
 /// The Kafka message for a due task. The key is the task identity; the value carries
 /// what the executor needs to find the task row.
@@ -25,11 +25,20 @@ pub struct TaskMessage {
     /// task: a message from a superseded epoch runs nothing.
     pub bucket: i16,
     pub epoch: i64,
+    /// The task's shard of a fanned-out occurrence (absent: the one call of its occurrence).
+    #[serde(default, skip_serializing_if = "is_whole_shard")]
+    pub shard: Option<[i16; 2]>,
+}
+
+fn is_whole_shard(shard: &Option<[i16; 2]>) -> bool {
+    shard.is_none_or(|[_, total]| total <= 1)
 }
 
 impl TaskMessage {
+    /// The task's identity.
     pub fn key(&self) -> String {
-        task_identity(self.timer_id, self.scheduled_at)
+        let [index, total] = self.shard.unwrap_or([0, 1]);
+        Shard { index, total }.identity(self.timer_id, self.scheduled_at)
     }
 }
 
@@ -55,6 +64,7 @@ impl From<&ClaimedTask> for TaskMessage {
             due_at: Some(t.due_at),
             bucket: t.bucket,
             epoch: t.epoch,
+            shard: t.shard.is_fanned_out().then_some([t.shard.index, t.shard.total]),
         }
     }
 }
@@ -73,6 +83,7 @@ mod tests {
             due_at: Some(DateTime::parse_from_rfc3339("2026-12-24T18:00:01Z").unwrap().with_timezone(&Utc)),
             bucket: 3,
             epoch: 12,
+            shard: None,
         };
         let v = serde_json::to_vec(&m).unwrap();
         assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), m);
@@ -84,5 +95,10 @@ mod tests {
         // is claimed again when its lease expires).
         let unfenced = br#"{"task_id":7,"timer_id":"00000000-0000-0000-0000-000000000000","scheduled_at":"2026-12-24T18:00:00.5Z","attempt":1}"#;
         assert!(serde_json::from_slice::<TaskMessage>(unfenced).is_err());
+        // A shard of a fanned-out occurrence: keyed by its own identity.
+        let third = TaskMessage { shard: Some([3, 16]), ..m.clone() };
+        let v = serde_json::to_vec(&third).unwrap();
+        assert_eq!(serde_json::from_slice::<TaskMessage>(&v).unwrap(), third);
+        assert_eq!(third.key(), "00000000-0000-0000-0000-000000000000:2026-12-24T18:00:00.500Z/3");
     }
 }

@@ -42,7 +42,8 @@ async fn cancel_late(db: &PgPool, held: &Held, threshold: Duration, void_claim: 
          ), missed AS (
             SELECT t.id, tm.misfire_policy,
                    t.scheduled_at < now() - tm.catchup_window_ms * interval '1 millisecond' AS beyond_window,
-                   row_number() OVER (PARTITION BY t.timer_id ORDER BY t.scheduled_at DESC) AS newest
+                   -- An occurrence's shards share its rank: the latest is kept whole.
+                   dense_rank() OVER (PARTITION BY t.timer_id ORDER BY t.scheduled_at DESC) AS newest
               FROM late l JOIN tasks t ON t.id = l.id JOIN timers tm ON tm.id = t.timer_id
          )
          UPDATE tasks t SET status = 'cancelled', finished_at = now(),

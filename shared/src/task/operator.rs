@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::bucket::bucket_of;
+use crate::bucket::BUCKETS;
 use crate::namespace_policy;
 use crate::timer_state::TimerState;
 
@@ -53,7 +53,8 @@ pub async fn replay(db: &PgPool, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
 /// Adds occurrences of an active timer at the times `at`, due at once, beside its
 /// schedule's (the operator's trigger): each is claimed, published and run like any
 /// other, with its own identity, so one that exists already (it ran, or is planned) is
-/// left alone and never runs twice. Returns the ids of those added: none when the timer is
+/// left alone and never runs twice. A fanned-out timer's occurrence is added as its shards.
+/// Returns the id of each occurrence added (its first shard's task): none when the timer is
 /// not active.
 pub async fn add_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<Vec<i64>, sqlx::Error> {
     let now = vec![Utc::now(); at.len()];
@@ -80,7 +81,7 @@ pub async fn backfill(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Resu
 /// a backfill of them would not add.
 pub async fn existing_occurrences(db: &PgPool, timer_id: Uuid, at: &[DateTime<Utc>]) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"SELECT count(*) AS "existing!" FROM tasks WHERE timer_id = $1 AND scheduled_at = ANY($2)"#,
+        r#"SELECT count(DISTINCT scheduled_at) AS "existing!" FROM tasks WHERE timer_id = $1 AND scheduled_at = ANY($2)"#,
         timer_id,
         at
     )
@@ -94,19 +95,22 @@ async fn insert_occurrences(
     at: &[DateTime<Utc>],
     due: &[DateTime<Utc>],
 ) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, status)
-         SELECT tm.id, s.at, s.due_at, tm.version, $4, 'pending'
-           FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at)
+    let added = sqlx::query!(
+        "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, shard, shards, status)
+         SELECT tm.id, s.at, s.due_at, tm.version, ((punctual_bucket(tm.id) + i) % $4)::smallint, i,
+                tm.fan_out_shards, 'pending'
+           FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at),
+                generate_series(0, tm.fan_out_shards - 1) AS i
           WHERE tm.id = $1 AND tm.state = $5
-         ON CONFLICT (timer_id, scheduled_at) DO NOTHING
-         RETURNING id",
+         ON CONFLICT (timer_id, scheduled_at, shard) DO NOTHING
+         RETURNING id, shard",
         timer_id,
         at,
         due,
-        bucket_of(timer_id),
+        i32::from(BUCKETS),
         TimerState::Active.as_str()
     )
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(added.into_iter().filter(|row| row.shard == 0).map(|row| row.id).collect())
 }

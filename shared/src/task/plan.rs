@@ -7,7 +7,8 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use super::claim::ClaimedTask;
-use crate::bucket::{bucket_of, owned_join, Held, MEMBER};
+use crate::bucket::{owned_join, Held, MEMBER};
+use crate::fan_out::Shard;
 
 /// An occurrence to insert.
 #[derive(Debug, Clone)]
@@ -15,6 +16,20 @@ pub struct PlannedTask {
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
     pub timer_version: i64,
+    /// Which call of the occurrence ([`Shard::WHOLE`] unless fanned out).
+    pub shard: Shard,
+}
+
+impl PlannedTask {
+    /// The task of each shard of an occurrence with `shards` of them.
+    pub fn shards_of(
+        timer_id: Uuid,
+        scheduled_at: DateTime<Utc>,
+        timer_version: i64,
+        shards: i16,
+    ) -> impl Iterator<Item = PlannedTask> {
+        Shard::all(shards).map(move |shard| PlannedTask { timer_id, scheduled_at, timer_version, shard })
+    }
 }
 
 /// Which of the occurrences a plan writes are written claimed, and by whom: a scanner
@@ -47,6 +62,8 @@ struct PlannedRow {
     scheduled_at: DateTime<Utc>,
     due_at: DateTime<Utc>,
     bucket: i16,
+    shard: i16,
+    shards: i16,
     attempt: i32,
     lease_until: Option<DateTime<Utc>>,
     epoch: Option<i64>,
@@ -68,7 +85,9 @@ pub async fn plan(
     let timer_ids: Vec<Uuid> = tasks.iter().map(|t| t.timer_id).collect();
     let scheduled: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.scheduled_at).collect();
     let versions: Vec<i64> = tasks.iter().map(|t| t.timer_version).collect();
-    let buckets: Vec<i16> = tasks.iter().map(|t| bucket_of(t.timer_id)).collect();
+    let buckets: Vec<i16> = tasks.iter().map(|t| t.shard.bucket(t.timer_id)).collect();
+    let shard_index: Vec<i16> = tasks.iter().map(|t| t.shard.index).collect();
+    let shards: Vec<i16> = tasks.iter().map(|t| t.shard.total).collect();
     let nobody = Held::none("");
     let held = claim.map_or(&nobody, |c| c.held);
     // With no claim, `owned` is empty and `s < NULL` never true: every row is written
@@ -84,22 +103,24 @@ pub async fn plan(
         .into();
     let rows: Vec<PlannedRow> = sqlx::query_as(&format!(
         "WITH {MEMBER}
-         INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket,
+         INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, shard, shards,
                             status, claim_owner, claim_epoch, claimed_at, lease_until)
-         SELECT t, s, s, v, b,
+         SELECT t, s, s, v, b, i, n,
                 CASE WHEN c THEN 'claimed' ELSE 'pending' END,
                 CASE WHEN c THEN $1 END,
                 CASE WHEN c THEN epoch END,
                 CASE WHEN c THEN now() END,
                 CASE WHEN c THEN GREATEST(s, now()) + $8::interval END
            FROM (SELECT u.*, ob.epoch, s < $7 AND ob.epoch IS NOT NULL AS c
-                   FROM UNNEST($3::uuid[], $4::timestamptz[], $5::bigint[], $6::smallint[]) AS u(t, s, v, b)
+                   FROM UNNEST($3::uuid[], $4::timestamptz[], $5::bigint[], $6::smallint[], $9::smallint[],
+                               $10::smallint[]) AS u(t, s, v, b, i, n)
                    LEFT {}) AS x
-         ON CONFLICT (timer_id, scheduled_at) DO UPDATE
-            SET timer_version = EXCLUDED.timer_version, {}, error = NULL, finished_at = NULL
+         ON CONFLICT (timer_id, scheduled_at, shard) DO UPDATE
+            SET timer_version = EXCLUDED.timer_version, shards = EXCLUDED.shards, {}, error = NULL,
+                finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
             AND tasks.status IN ('pending', 'claimed', 'cancelled')
-         RETURNING id, timer_id, scheduled_at, due_at, bucket, attempt,
+         RETURNING id, timer_id, scheduled_at, due_at, bucket, shard, shards, attempt,
                    CASE WHEN status = 'claimed' AND claim_owner = $1 AND claimed_at = now() THEN lease_until END
                      AS lease_until,
                    claim_epoch AS epoch",
@@ -114,6 +135,8 @@ pub async fn plan(
     .bind(&buckets)
     .bind(claim.map(|c| c.due_before))
     .bind(claim.map_or(Duration::ZERO, |c| c.lease))
+    .bind(&shard_index)
+    .bind(&shards)
     .fetch_all(db)
     .await?;
     let written = rows.len() as u64;
@@ -128,6 +151,7 @@ pub async fn plan(
                 scheduled_at: r.scheduled_at,
                 due_at: r.due_at,
                 bucket: r.bucket,
+                shard: Shard { index: r.shard, total: r.shards },
                 attempt: r.attempt,
                 reclaimed: false,
             })

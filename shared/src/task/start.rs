@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::action::{Action, ActionCache, RetryColumns, ACTION_COLUMNS, RETRY_COLUMNS};
 use super::message::TaskMessage;
+use crate::fan_out::Shard;
 use crate::retry::RetryPolicy;
-use crate::timer::task_identity;
 use crate::timer_state::TimerState;
 
 /// A task that the executor now runs, with its timer's action and retry policy.
@@ -21,6 +21,8 @@ pub struct StartedTask {
     pub id: i64,
     pub timer_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
+    /// Which call of its occurrence this is.
+    pub shard: Shard,
     pub attempt: i32,
     /// When the attempt is due, as the row says: a message published ahead of it (the
     /// scanner's lead) runs it then, not before, whatever the message says.
@@ -34,8 +36,9 @@ pub struct StartedTask {
 }
 
 impl StartedTask {
+    /// The call's identity: its occurrence's, and its shard's index if fanned out.
     pub fn identity(&self) -> String {
-        task_identity(self.timer_id, self.scheduled_at)
+        self.shard.identity(self.timer_id, self.scheduled_at)
     }
 }
 
@@ -88,7 +91,8 @@ pub async fn start(
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
-        "SELECT t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.claim_epoch AS epoch, now() AS started_at,
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.attempt, t.due_at, t.claim_epoch AS epoch,
+                now() AS started_at,
                 tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
                 (t.status = 'claimed' AND tm.state = '{active}' AND tm.version = t.timer_version
@@ -182,6 +186,8 @@ struct StartCandidate {
     id: i64,
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    shard: Shard,
     attempt: i32,
     due_at: DateTime<Utc>,
     epoch: i64,
@@ -200,6 +206,7 @@ impl StartCandidate {
             id: self.id,
             timer_id: self.timer_id,
             scheduled_at: self.scheduled_at,
+            shard: self.shard,
             attempt: self.attempt,
             due_at: self.due_at,
             started_at: self.started_at,
@@ -215,6 +222,8 @@ struct MarkedStart {
     id: i64,
     timer_id: Uuid,
     scheduled_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    shard: Shard,
     attempt: i32,
     due_at: DateTime<Utc>,
     started_at: DateTime<Utc>,
@@ -253,12 +262,14 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
              FOR UPDATE OF t
          ), placed AS (
             -- A batch can hold several occurrences of one timer (messages that bunched up):
-            -- they are judged in order, as if they had come one after the other.
+            -- they are judged in order, as if they had come one after the other. The shards
+            -- of one occurrence share its place, and are not each other's previous run.
             SELECT l.*,
-                   row_number() OVER (PARTITION BY l.timer_id
-                                      ORDER BY (l.startable AND l.current) DESC, l.scheduled_at, l.id) AS place,
+                   dense_rank() OVER (PARTITION BY l.timer_id
+                                      ORDER BY (l.startable AND l.current) DESC, l.scheduled_at) AS place,
                    EXISTS (SELECT 1 FROM tasks o
-                            WHERE o.timer_id = l.timer_id AND o.status = 'running' AND o.id <> l.id) AS busy
+                            WHERE o.timer_id = l.timer_id AND o.status = 'running'
+                              AND o.scheduled_at <> l.scheduled_at) AS busy
               FROM locked l
          ), waiting AS (
             SELECT p.id,
@@ -272,6 +283,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                      WHEN p.overlap_policy = 'buffer_one' AND p.place = CASE WHEN p.busy THEN 1 ELSE 2 END
                       AND NOT EXISTS (SELECT 1 FROM tasks b
                                        WHERE b.timer_id = p.timer_id AND b.id <> ALL($1) AND b.attempt = 1
+                                         AND b.scheduled_at <> p.scheduled_at
                                          AND b.status IN ('pending', 'claimed')
                                          AND b.due_at > b.scheduled_at) THEN 'defer'
                      ELSE 'skip'
@@ -293,9 +305,10 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
             UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
              WHERE t.id = w.id AND w.verdict = 'run'
-            RETURNING t.id, t.timer_id, t.scheduled_at, t.attempt, t.due_at, t.started_at
+            RETURNING t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.attempt, t.due_at, t.started_at
          )
-         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.attempt, s.due_at, s.started_at, {ACTION_COLUMNS},
+         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.shard, s.shards, s.attempt, s.due_at, s.started_at,
+                {ACTION_COLUMNS},
                 {RETRY_COLUMNS}
            FROM waiting w
            LEFT JOIN started s ON s.id = w.id
@@ -323,6 +336,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                     id: row.id,
                     timer_id: row.timer_id,
                     scheduled_at: row.scheduled_at,
+                    shard: row.shard,
                     attempt: row.attempt,
                     due_at: row.due_at,
                     started_at: row.started_at,

@@ -60,7 +60,12 @@ async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
     let t = timer(&db).await;
     let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_secs(3), BUCKETS as usize).await.unwrap();
     let planned: Vec<PlannedTask> = (1..=5)
-        .map(|i| PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(i), timer_version: 1 })
+        .map(|i| PlannedTask {
+            timer_id: t,
+            scheduled_at: Utc::now() + chrono::Duration::seconds(i),
+            timer_version: 1,
+            shard: punctual_shared::fan_out::Shard::WHOLE,
+        })
         .collect();
     let claim = task::PlanClaim {
         held: &old,
@@ -97,7 +102,12 @@ async fn a_lapsed_owner_is_fenced_by_the_epoch_and_its_claims_move_at_once() {
         .await
         .unwrap()
         .is_empty());
-    let more = [PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(9), timer_version: 1 }];
+    let more = [PlannedTask {
+        timer_id: t,
+        scheduled_at: Utc::now() + chrono::Duration::seconds(9),
+        timer_version: 1,
+        shard: punctual_shared::fan_out::Shard::WHOLE,
+    }];
     let planned = task::plan(&db.pool, &more, Some(&claim)).await.unwrap();
     assert_eq!((planned.written, planned.claimed.len()), (1, 0), "written pending, not claimed by the old owner");
     // Nor does joining again give it anything back: it must acquire, at a new epoch.
@@ -156,8 +166,15 @@ async fn claims_taken_over_late_go_by_their_misfire_policies() {
         .unwrap();
     let old = bucket::join_and_acquire(&db.pool, "old", Duration::from_secs(1), BUCKETS as usize).await.unwrap();
     let late = Utc::now() - chrono::Duration::minutes(2);
-    let planned: Vec<PlannedTask> =
-        [skip, fire_all].iter().map(|t| PlannedTask { timer_id: *t, scheduled_at: late, timer_version: 1 }).collect();
+    let planned: Vec<PlannedTask> = [skip, fire_all]
+        .iter()
+        .map(|t| PlannedTask {
+            timer_id: *t,
+            scheduled_at: late,
+            timer_version: 1,
+            shard: punctual_shared::fan_out::Shard::WHOLE,
+        })
+        .collect();
     // Claimed with a lease far longer than the takeover takes.
     let claim = task::PlanClaim { held: &old, due_before: Utc::now(), lease: LONG };
     assert_eq!(task::plan(&db.pool, &planned, Some(&claim)).await.unwrap().claimed.len(), 2);

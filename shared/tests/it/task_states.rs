@@ -29,6 +29,7 @@ async fn claimed_tasks(db: &TestDb, timer_id: Uuid, n: i64) -> Vec<i64> {
             timer_id,
             scheduled_at: Utc::now() + chrono::Duration::milliseconds(i),
             timer_version: 1,
+            shard: punctual_shared::fan_out::Shard::WHOLE,
         })
         .collect();
     task::plan(&db.pool, &planned, None).await.unwrap();
@@ -194,8 +195,12 @@ async fn a_timers_action_is_read_once_per_version() {
         .tasks
         .is_empty());
     assert_eq!(row(&db, stale[0]).await.0, "cancelled");
-    let planned =
-        PlannedTask { timer_id: t, scheduled_at: Utc::now() + chrono::Duration::seconds(1), timer_version: 2 };
+    let planned = PlannedTask {
+        timer_id: t,
+        scheduled_at: Utc::now() + chrono::Duration::seconds(1),
+        timer_version: 2,
+        shard: punctual_shared::fan_out::Shard::WHOLE,
+    };
     task::plan(&db.pool, &[planned], None).await.unwrap();
     let claimed =
         task::claim(&db.pool, &db.hold_buckets("owner").await, Duration::from_secs(5), Duration::from_secs(30), 1000)
@@ -232,9 +237,19 @@ async fn a_lease_runs_from_the_due_time_however_early_the_task_was_claimed() {
     // Planned claimed 8 s ahead; claimed pending 4 s ahead; claimed 60 s overdue.
     let held = db.hold_buckets("scanner-1").await;
     let claim = task::PlanClaim { held: &held, due_before: at(10), lease };
-    let planned = PlannedTask { timer_id: t, scheduled_at: at(8), timer_version: 1 };
+    let planned = PlannedTask {
+        timer_id: t,
+        scheduled_at: at(8),
+        timer_version: 1,
+        shard: punctual_shared::fan_out::Shard::WHOLE,
+    };
     let written = task::plan(&db.pool, &[planned], Some(&claim)).await.unwrap();
-    let pending = [at(4), at(-60)].map(|s| PlannedTask { timer_id: t, scheduled_at: s, timer_version: 1 });
+    let pending = [at(4), at(-60)].map(|s| PlannedTask {
+        timer_id: t,
+        scheduled_at: s,
+        timer_version: 1,
+        shard: punctual_shared::fan_out::Shard::WHOLE,
+    });
     task::plan(&db.pool, &pending, None).await.unwrap();
     let claimed = task::claim(&db.pool, &held, Duration::from_secs(5), lease, 10).await.unwrap();
     assert_eq!(claimed.len(), 2);
@@ -394,7 +409,12 @@ async fn late_tasks_follow_their_timers_misfire_policy() {
         let planned: Vec<PlannedTask> = (0..10)
             .map(|i| Utc::now() - chrono::Duration::hours(1) + chrono::Duration::seconds(i))
             .chain([Utc::now()])
-            .map(|at| PlannedTask { timer_id: t, scheduled_at: at, timer_version: 1 })
+            .map(|at| PlannedTask {
+                timer_id: t,
+                scheduled_at: at,
+                timer_version: 1,
+                shard: punctual_shared::fan_out::Shard::WHOLE,
+            })
             .collect();
         task::plan(&db.pool, &planned, None).await.unwrap();
         timers.push(t);
@@ -514,6 +534,41 @@ async fn occurrences_of_one_timer_in_one_batch_do_not_run_side_by_side() {
         assert_eq!(started.tasks.iter().map(|s| s.id).min(), Some(ids[0]), "{policy}: the first in time");
         for (id, status) in ids.iter().zip(statuses) {
             assert_eq!(row(&db, *id).await.0, status, "{policy}: task {id}");
+        }
+    }
+}
+
+/// The shards of one occurrence are not each other's previous run: under `skip` and
+/// `buffer_one` the first occurrence's shards all run side by side, and the next
+/// occurrence's shards are held back while they run (docs/semantics.md, "Fan-out").
+#[tokio::test]
+async fn an_occurrences_shards_run_side_by_side_under_an_overlap_policy() {
+    let db = TestDb::create().await;
+    for (policy, held_back) in [("skip", "cancelled"), ("buffer_one", "pending")] {
+        let t = timer_with(&db, "overlap_policy", policy).await;
+        let first = Utc::now();
+        let planned: Vec<PlannedTask> = [first, first + chrono::Duration::seconds(1)]
+            .into_iter()
+            .flat_map(|at| PlannedTask::shards_of(t, at, 1, 3))
+            .collect();
+        task::plan(&db.pool, &planned, None).await.unwrap();
+        let held = db.hold_buckets("owner").await;
+        let claimed =
+            task::claim(&db.pool, &held, Duration::from_secs(5), Duration::from_secs(30), 1000).await.unwrap();
+        let mut mine: Vec<_> = claimed.into_iter().filter(|c| c.timer_id == t).collect();
+        mine.sort_by_key(|c| (c.scheduled_at, c.shard.index));
+        let ids: Vec<i64> = mine.iter().map(|c| c.id).collect();
+        assert_eq!(ids.len(), 6, "{policy}: two occurrences of three shards");
+        let actions = task::ActionCache::default();
+        let started = task::start(&db.pool, "exec-1", &first_attempts(&db, &ids[..3]).await, &actions).await.unwrap();
+        let mut shards: Vec<i16> = started.tasks.iter().map(|s| s.shard.index).collect();
+        shards.sort();
+        assert_eq!(shards, [0, 1, 2], "{policy}: the first occurrence's shards run side by side");
+        assert!(started.tasks.iter().all(|s| s.identity().ends_with(&format!("/{}", s.shard.index))));
+        let next = task::start(&db.pool, "exec-1", &first_attempts(&db, &ids[3..]).await, &actions).await.unwrap();
+        assert!(next.tasks.is_empty(), "{policy}: the next occurrence waits for the first");
+        for id in &ids[3..] {
+            assert_eq!(row(&db, *id).await.0, held_back, "{policy}: task {id}");
         }
     }
 }

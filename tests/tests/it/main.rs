@@ -7,6 +7,7 @@ mod delivery;
 mod executor_group;
 mod extreme_values;
 mod fairness;
+mod fan_out;
 mod faults;
 mod graceful_stop;
 mod logs;

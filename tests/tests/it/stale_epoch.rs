@@ -46,6 +46,7 @@ pub(crate) fn due_now(timer: Uuid, scheduled_at: DateTime<Utc>, task_id: i64, ep
         due_at: Some(Utc::now()),
         bucket: bucket_of(timer),
         epoch,
+        shard: None,
     }
 }
 

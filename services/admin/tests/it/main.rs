@@ -3,3 +3,4 @@
 mod api;
 mod auth;
 mod common;
+mod fan_out;

@@ -7,6 +7,7 @@ use chrono::Utc;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use hyper::{Method, Request, Uri};
+use punctual_shared::fan_out::SHARD_HEADER;
 use punctual_shared::sealed::{Purpose, SecretKeys};
 use punctual_shared::task::{DeferReason, StartedTask};
 use punctual_shared::timer::is_reserved_http_header;
@@ -128,6 +129,9 @@ async fn request(
     let identity_header = HeaderValue::from_str(&identity).map_err(|e| (e.to_string(), false))?;
     headers.insert("idempotency-key", identity_header.clone());
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
+    if task.shard.is_fanned_out() {
+        headers.insert(SHARD_HEADER, HeaderValue::from_str(&task.shard.header_value()).expect("digits and a slash"));
+    }
     // A timer's own traceparent header, if it sets one, is kept.
     if !headers.contains_key("traceparent") {
         // The run's exported span when spans are exported (so the target's spans join

@@ -38,6 +38,7 @@ fn task_calling(url: &str) -> StartedTask {
         id: 1,
         timer_id: uuid::Uuid::new_v4(),
         scheduled_at: Utc::now(),
+        shard: punctual_shared::fan_out::Shard::WHOLE,
         attempt: 1,
         due_at: Utc::now(),
         started_at: Utc::now(),

@@ -303,6 +303,7 @@ async fn claims_are_exclusive_and_expired_leases_are_claimed_again() {
             timer_id: id,
             scheduled_at: Utc::now() + chrono::Duration::milliseconds(i),
             timer_version: 1,
+            shard: punctual_shared::fan_out::Shard::WHOLE,
         })
         .collect();
     assert_eq!(task::plan(&db.pool, &soon, None).await.unwrap().written, 200);
