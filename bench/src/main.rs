@@ -8,6 +8,7 @@
 
 mod baselines;
 mod env;
+mod fan_out;
 mod idle;
 mod measure;
 mod neighbors;
@@ -184,6 +185,17 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// Timers whose occurrences are split into shards: `timers` × `shards` calls a second.
+    FanOut {
+        #[arg(long, default_value_t = 100)]
+        timers: usize,
+        #[arg(long, default_value_t = 100)]
+        shards: i32,
+        #[arg(long, default_value_t = 30)]
+        seconds: i64,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// The console's timer list, a page at a time for each filter, with `timers` timers stored.
     TimerList {
         #[arg(long, default_value_t = 1_000_000)]
@@ -282,6 +294,9 @@ async fn main() -> anyhow::Result<()> {
             surface::surface(&servers.start(), surface::Surface { readyz_clients, requests }).await.map(drop)
         }
         Command::Idle { seconds, servers } => idle::idle(&servers.start(), seconds).await.map(drop),
+        Command::FanOut { timers, shards, seconds, servers } => {
+            fan_out::fan_out(&servers.start(), timers, shards, seconds).await.map(drop)
+        }
         Command::TimerList { timers, requests, servers } => {
             timer_list::timer_list(&servers.start(), timers, requests).await.map(drop)
         }
@@ -433,6 +448,8 @@ async fn run(
     });
     let sizes = if smoke { neighbors::Neighbours::smoke() } else { neighbors::Neighbours::full(2_000) };
     results.neighbors = Some(neighbors::neighbors(&servers.clone().start(), sizes).await?);
+    let (timers, shards, seconds) = if smoke { (10, 10, 5) } else { (100, 100, 30) };
+    results.fan_out = Some(fan_out::fan_out(&servers.clone().start(), timers, shards, seconds).await?);
     results.claim_baseline =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.broker_baseline = Some(baselines::broker(&servers.start().brokers, messages, 4).await?);
@@ -443,7 +460,8 @@ async fn run(
         let lost = results.sustained.iter().map(|r| r.lost).sum::<u64>()
             + results.burst.as_ref().map_or(0, |b| b.lost)
             + results.stored.as_ref().map_or(0, |s| s.empty.lost + s.full.lost)
-            + results.neighbors.as_ref().map_or(0, |n| n.lost());
+            + results.neighbors.as_ref().map_or(0, |n| n.lost())
+            + results.fan_out.as_ref().map_or(0, |f| f.lost as u64);
         anyhow::ensure!(lost == 0, "the smoke run lost {lost} occurrences");
     }
     Ok(())

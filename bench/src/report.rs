@@ -27,6 +27,7 @@ pub struct Results {
     pub burst: Option<BurstResult>,
     pub stored: Option<StoredResult>,
     pub neighbors: Option<crate::neighbors::NeighborsResult>,
+    pub fan_out: Option<crate::fan_out::FanOutResult>,
 }
 
 /// What the harness ran on: CPU model and count, memory, kernel.
@@ -207,6 +208,9 @@ impl Results {
         }
         if let Some(n) = &self.neighbors {
             let _ = writeln!(md, "\n{}", n.markdown());
+        }
+        if let Some(f) = &self.fan_out {
+            let _ = writeln!(md, "\n{}", f.markdown());
         }
         md
     }

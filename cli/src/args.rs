@@ -161,8 +161,12 @@ pub enum TimerCommand {
         /// the total in the `Punctual-Shard` header.
         #[arg(long)]
         shards: Option<i32>,
+        /// Each occurrence as a call to every address of the URL's host (`dns`), or to each
+        /// URL given (repeatable) instead of --url's.
+        #[arg(long = "broadcast", conflicts_with = "shards")]
+        broadcast: Vec<String>,
         /// A timer as JSON (the API's `POST /v1/timers` body), `-` for standard input.
-        #[arg(long, conflicts_with_all = ["name", "url", "shards"])]
+        #[arg(long, conflicts_with_all = ["name", "url", "shards", "broadcast"])]
         file: Option<String>,
     },
     /// Shows a timer.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use punctual_shared::api_key::{ApiKey, Role};
-use punctual_shared::fan_out::FanOut;
+use punctual_shared::fan_out::{Broadcast, ByDns, FanOut};
 use punctual_shared::sealed::SecretKeys;
 use punctual_shared::sealed_store;
 use punctual_shared::timer::{ActionSpec, HttpActionSpec, ScheduleSpec, TimerSpec};
@@ -18,6 +18,16 @@ use crate::args::{
 };
 use crate::client::{CliError, Client};
 use crate::output::{print_keys, print_namespaces, print_runs, print_timer, print_timers, Printer};
+
+/// `--shards` or `--broadcast` (`dns`, or URLs) as a timer's fan-out.
+fn fan_out(shards: Option<i32>, broadcast: Vec<String>) -> Option<FanOut> {
+    let broadcast = match broadcast.as_slice() {
+        [] => None,
+        [dns] if dns == "dns" => Some(Broadcast::Dns(ByDns::Dns)),
+        _ => Some(Broadcast::Urls(broadcast)),
+    };
+    (shards.is_some() || broadcast.is_some()).then_some(FanOut { shards, broadcast })
+}
 
 /// `PATCH /v1/timers/{id}` as the CLI sends it.
 #[derive(Debug, Serialize)]
@@ -301,7 +311,18 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
             let answer = client.post("/v1/timers", Some(&json_file(&file)?)).await?;
             out.show(&answer, || print_timer(&answer));
         }
-        TimerCommand::Create { name, namespace, schedule: s, url, method, headers: h, body, shards, file: None } => {
+        TimerCommand::Create {
+            name,
+            namespace,
+            schedule: s,
+            url,
+            method,
+            headers: h,
+            body,
+            shards,
+            broadcast,
+            file: None,
+        } => {
             if !s.given() {
                 return Err(CliError::Usage("give a schedule: --cron, --every-ms, --at or --delay-ms".into()));
             }
@@ -324,7 +345,7 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
                 misfire_policy: None,
                 catchup_window_ms: None,
                 overlap_policy: None,
-                fan_out: shards.map(|shards| FanOut { shards }),
+                fan_out: fan_out(shards, broadcast),
             };
             let answer = client.post("/v1/timers", Some(&spec)).await?;
             out.show(&answer, || print_timer(&answer));
@@ -360,7 +381,7 @@ async fn timer(client: &Client, out: &Printer, command: TimerCommand) -> Result<
                     action
                 });
                 let schedule = s.given().then(|| rescheduled(&current["schedule"], s));
-                let fan_out = shards.map(|shards| FanOut { shards });
+                let fan_out = shards.map(|shards| FanOut { shards: Some(shards), broadcast: None });
                 if name.is_none() && schedule.is_none() && action.is_none() && fan_out.is_none() {
                     return Err(CliError::Usage(
                         "nothing to change: give --name, a schedule, --url, --shards or --file".into(),

@@ -66,6 +66,14 @@ pub fn print_timer(timer: &Value) {
     if let Some(shards) = timer["fan_out"]["shards"].as_i64() {
         t.add_row(["shards".to_owned(), shards.to_string()]);
     }
+    let broadcast = match &timer["fan_out"]["broadcast"] {
+        Value::String(dns) => Some(format!("every address of the host ({dns})")),
+        Value::Array(urls) => Some(urls.iter().map(text).collect::<Vec<_>>().join(" ")),
+        _ => None,
+    };
+    if let Some(broadcast) = broadcast {
+        t.add_row(["broadcast".to_owned(), broadcast]);
+    }
     if !timer["state_note"].is_null() {
         t.add_row(["note".to_owned(), text(&timer["state_note"])]);
     }

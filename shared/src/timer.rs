@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::fan_out::FanOut;
+use crate::fan_out::{FanOut, FanOutKind};
 use crate::policy::{MisfirePolicy, OverlapPolicy, DEFAULT_CATCHUP_WINDOW_MS};
 use crate::retry::RetryPolicy;
 use crate::schedule::{check_span, CronSchedule, DstGap, KindName, Schedule, ScheduleKind};
@@ -231,6 +231,19 @@ pub fn is_reserved_http_header(name: &str) -> bool {
     CONNECTION_HEADERS.contains(&name.as_str()) || RESERVED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// A callback URL checked: an absolute `http://` or `https://` URL with a host, of at most
+/// [`MAX_URL_BYTES`]; the problem names `field`.
+pub fn check_url(field: &str, url: &str) -> Result<(), FieldError> {
+    if url.len() > MAX_URL_BYTES {
+        return Err(FieldError::new(field, format!("at most {MAX_URL_BYTES} bytes, got {}", url.len())));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| FieldError::new(field, format!("not a valid URL ({e}): {url:?}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(FieldError::new(field, format!("must be an http:// or https:// URL with a host: {url:?}")));
+    }
+    Ok(())
+}
+
 /// An HTTP callback, checked.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HttpAction {
@@ -256,20 +269,7 @@ impl HttpAction {
                 format!("unsupported method {method:?}; use one of {}", HTTP_METHODS.join(", ")),
             ));
         }
-        if url.len() > MAX_URL_BYTES {
-            return Err(FieldError::new(
-                "action.http.url",
-                format!("at most {MAX_URL_BYTES} bytes, got {}", url.len()),
-            ));
-        }
-        let parsed = url::Url::parse(url)
-            .map_err(|e| FieldError::new("action.http.url", format!("not a valid URL ({e}): {url:?}")))?;
-        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-            return Err(FieldError::new(
-                "action.http.url",
-                format!("must be an http:// or https:// URL with a host: {url:?}"),
-            ));
-        }
+        check_url("action.http.url", url)?;
         if headers.len() > MAX_HEADERS {
             return Err(FieldError::new(
                 "action.http.headers",
@@ -333,8 +333,8 @@ pub struct NewTimer {
     pub misfire_policy: MisfirePolicy,
     pub catchup_window_ms: i64,
     pub overlap_policy: OverlapPolicy,
-    /// Calls an occurrence is split into (1: not fanned out).
-    pub fan_out_shards: i16,
+    /// How each occurrence is split into calls.
+    pub fan_out: FanOutKind,
 }
 
 pub fn check_namespace(ns: &str) -> Result<(), FieldError> {
@@ -364,6 +364,10 @@ impl TimerSpec {
         let retry = self.retry.unwrap_or_default().validate()?;
         let catchup_window_ms = self.catchup_window_ms.unwrap_or(DEFAULT_CATCHUP_WINDOW_MS);
         check_span("catchup_window_ms", catchup_window_ms)?;
+        let fan_out = match self.fan_out {
+            Some(fan_out) => fan_out.validate(matches!(action, Action::Http(_)))?,
+            None => FanOutKind::Shards(1),
+        };
         Ok(NewTimer {
             namespace,
             name: self.name,
@@ -373,7 +377,7 @@ impl TimerSpec {
             misfire_policy: self.misfire_policy.unwrap_or_default(),
             catchup_window_ms,
             overlap_policy: self.overlap_policy.unwrap_or_default(),
-            fan_out_shards: self.fan_out.map(FanOut::validate).transpose()?.unwrap_or(1),
+            fan_out,
         })
     }
 }
@@ -489,6 +493,10 @@ pub struct TimerRow {
     pub dst_gap: DstGap,
     /// Calls each occurrence is split into (1 to 1000).
     pub fan_out_shards: i32,
+    /// A broadcast's URLs, one call each instead of `http_url`.
+    pub fan_out_urls: Option<Vec<String>>,
+    /// A broadcast to every address of `http_url`'s host.
+    pub fan_out_dns: bool,
     pub state: TimerState,
     /// Why it was last paused or resumed, as the operator put it.
     pub state_note: Option<String>,
@@ -548,6 +556,16 @@ impl TimerRow {
             };
             FieldError::new(column, e.to_string())
         })
+    }
+
+    /// The fan-out columns, checked as the API checks them; the error names the column.
+    pub fn fan_out(&self) -> Result<FanOutKind, FieldError> {
+        FanOutKind::from_columns(
+            self.fan_out_shards,
+            self.fan_out_urls.as_deref(),
+            self.fan_out_dns,
+            self.action_kind != "kafka",
+        )
     }
 
     /// The catch-up window, checked as the API checks it (the schema's CHECK bounds it

@@ -16,7 +16,7 @@ macro_rules! query_timer_rows {
                     retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms,
                     misfire_policy AS "misfire_policy: punctual_shared::policy::MisfirePolicy", catchup_window_ms,
                     overlap_policy AS "overlap_policy: punctual_shared::policy::OverlapPolicy",
-                    dst_gap AS "dst_gap: punctual_shared::schedule::DstGap", fan_out_shards,
+                    dst_gap AS "dst_gap: punctual_shared::schedule::DstGap", fan_out_shards, fan_out_urls, fan_out_dns,
                     state AS "state: punctual_shared::timer_state::TimerState", state_note, version, revision,
                     created_at, updated_at,
                     plan_status AS "plan_status: punctual_shared::timer_state::PlanStatus", next_plan_at,

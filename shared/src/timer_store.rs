@@ -29,21 +29,22 @@ pub enum StoreError {
 }
 
 /// The columns a timer's definition is written to, in the order [`bind_definition`] binds
-/// them ($1 to $29).
+/// them ($1 to $31).
 const DEFINITION_COLUMNS: &str = "namespace, name, schedule_kind, run_at, delay_ms, interval_ms, cron_expr, timezone,
      start_at, end_at, dst_gap, action_kind, http_method, http_url, http_headers, http_body, http_timeout_ms,
      kafka_topic, kafka_key, kafka_headers, kafka_value,
      retry_max_attempts, retry_initial_ms, retry_multiplier, retry_max_ms,
-     misfire_policy, catchup_window_ms, overlap_policy, fan_out_shards";
+     misfire_policy, catchup_window_ms, overlap_policy, fan_out_shards, fan_out_urls, fan_out_dns";
 const DEFINITION_PARAMS: &str =
     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-     $21, $22, $23, $24, $25, $26, $27, $28, $29";
+     $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31";
 /// The first parameter after the definition's.
-const NEXT_PARAM: usize = 30;
+const NEXT_PARAM: usize = 32;
 
 type TimerQuery<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, TimerRow, sqlx::postgres::PgArguments>;
 
 fn bind_definition<'q>(query: TimerQuery<'q>, t: &'q NewTimer, s: &'q ScheduleColumns) -> TimerQuery<'q> {
+    let (fan_out_shards, fan_out_urls, fan_out_dns) = t.fan_out.columns();
     let query = query
         .bind(&t.namespace)
         .bind(&t.name)
@@ -91,7 +92,9 @@ fn bind_definition<'q>(query: TimerQuery<'q>, t: &'q NewTimer, s: &'q ScheduleCo
         .bind(t.misfire_policy.as_str())
         .bind(t.catchup_window_ms)
         .bind(t.overlap_policy.as_str())
-        .bind(i32::from(t.fan_out_shards))
+        .bind(fan_out_shards)
+        .bind(fan_out_urls)
+        .bind(fan_out_dns)
 }
 
 fn name_taken(t: &NewTimer) -> StoreError {

@@ -108,7 +108,7 @@ async fn trigger_timer(
                 timer_id: id,
                 scheduled_at: at,
                 idempotency_key: task_identity(id, at),
-                shards: timer.fan_out_shards,
+                shards: timer.fan_out().map_or(1, |f| f.planned_shards().into()),
             };
             Ok((StatusCode::ACCEPTED, Json(triggered)))
         }

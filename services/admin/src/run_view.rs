@@ -15,7 +15,7 @@ pub fn parse_status(status: &str) -> Result<TaskStatus, FieldError> {
 }
 
 pub const RUN_COLUMNS: &str =
-    "t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.due_at, t.status, t.attempt, t.claimed_at,
+    "t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.address, t.due_at, t.status, t.attempt, t.claimed_at,
     t.started_at, t.finished_at, t.http_status, t.response_excerpt, t.error, t.duration_ms, t.deferred_reason,
     COALESCE((SELECT json_agg(json_build_object(
                 'attempt', a.attempt, 'started_at', a.started_at, 'finished_at', a.finished_at,
@@ -45,6 +45,9 @@ pub struct RunView {
     pub shard: i16,
     /// The calls the occurrence is split into (1 when not fanned out).
     pub shards: i16,
+    /// The address a DNS broadcast's shard calls (none for other runs, and before the
+    /// occurrence is split when due).
+    pub address: Option<String>,
     /// When it is run: its scheduled time, or later for a retry.
     pub due_at: DateTime<Utc>,
     pub status: TaskStatus,

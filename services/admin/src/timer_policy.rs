@@ -3,10 +3,11 @@
 //! be written with SQL).
 
 use chrono::Utc;
+use punctual_shared::fan_out::FanOutKind;
 use punctual_shared::kafka_topics;
 use punctual_shared::namespace_policy::{self, NamespaceLimits};
 use punctual_shared::schedule::ScheduleKind;
-use punctual_shared::target_guard::TargetGuard;
+use punctual_shared::target_guard::{Refused, TargetGuard};
 use punctual_shared::timer::{Action, FieldError, NewTimer};
 
 use crate::error::ApiError;
@@ -29,13 +30,21 @@ pub async fn check(state: &AppState, timer: &NewTimer) -> Result<NamespaceLimits
     Ok(limits)
 }
 
-/// A callback URL whose host is a literal address the executor would refuse is refused
-/// here already; a host name is judged when the executor resolves it, at every call.
+/// A callback URL (the action's, and a broadcast's) whose host is a literal address the
+/// executor would refuse is refused here already; a host name is judged when the executor
+/// resolves it, at every call.
 fn check_target(guard: &TargetGuard, timer: &NewTimer) -> Result<(), ApiError> {
     let Action::Http(http) = &timer.action else {
         return Ok(());
     };
-    guard.check_url(&http.url).map_err(|refused| FieldError::new("action.http.url", refused.to_string()).into())
+    let refused = |field: String| move |refused: Refused| ApiError::from(FieldError::new(field, refused.to_string()));
+    guard.check_url(&http.url).map_err(refused("action.http.url".to_owned()))?;
+    if let FanOutKind::Urls(urls) = &timer.fan_out {
+        for (i, url) in urls.iter().enumerate() {
+            guard.check_url(url).map_err(refused(format!("fan_out.broadcast[{i}]")))?;
+        }
+    }
+    Ok(())
 }
 
 /// How many of a cron schedule's next fires are compared with the minimum interval.

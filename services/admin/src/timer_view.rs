@@ -113,7 +113,7 @@ impl TimerView {
             misfire_policy: row.misfire_policy,
             catchup_window_ms: row.catchup_window_ms,
             overlap_policy: row.overlap_policy,
-            fan_out: FanOut::of(row.fan_out_shards),
+            fan_out: row.fan_out().ok().as_ref().and_then(FanOut::of),
             state: row.state,
             state_note: row.state_note.clone(),
             version: row.version,
@@ -158,7 +158,7 @@ impl TimerView {
             misfire_policy: Some(self.misfire_policy),
             catchup_window_ms: Some(self.catchup_window_ms),
             overlap_policy: Some(self.overlap_policy),
-            fan_out: self.fan_out,
+            fan_out: self.fan_out.clone(),
         }
     }
 }

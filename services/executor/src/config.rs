@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use punctual_shared::config::{DatabaseConfig, KafkaConfig, SecretKeyConfig};
 use punctual_shared::target_guard::TargetGuard;
 
+use crate::host_addresses::HostAddresses;
+
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "punctual-executor", about = "Consumes due tasks and runs their actions, idempotently")]
 pub struct ExecutorConfig {
@@ -81,4 +83,10 @@ pub struct ExecutorConfig {
     /// (e.g. `localhost,10.1.0.0/16,hooks.internal`). Empty: public addresses only.
     #[arg(long, env = "PUNCTUAL_CALLBACK_ALLOW", default_value = "")]
     pub callback_allow: TargetGuard,
+    /// Addresses given to host names instead of the system resolver's, as `/etc/hosts`
+    /// gives them, for callbacks only: `name=address,address` with `;` between names (e.g.
+    /// `instances.internal=10.0.0.5,10.0.0.6`). The guard still checks each address, and a
+    /// DNS broadcast calls each. Empty: none.
+    #[arg(long, env = "PUNCTUAL_HOST_ADDRESSES", default_value = "")]
+    pub host_addresses: HostAddresses,
 }

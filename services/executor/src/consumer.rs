@@ -21,7 +21,7 @@ use crate::error::ExecutorError;
 use crate::in_flight::InFlight;
 use crate::offsets::OffsetTracker;
 use crate::write_back::Finished;
-use crate::{callback, kafka_action};
+use crate::{broadcast, callback, kafka_action};
 use crate::{App, TaskConsumer};
 
 /// Most messages started by one statement.
@@ -160,6 +160,7 @@ pub(crate) async fn consume(
             let in_flight_gauge = app.metrics.in_flight.clone();
             let namespaces = app.namespaces.clone();
             let signing = app.signing.clone();
+            let pool = app.pool.clone();
             let run = async move {
                 let mut started_task = started_task;
                 // Published ahead of its due time (the scanner's lead): run it then, not before.
@@ -181,7 +182,10 @@ pub(crate) async fn consume(
                             "kafka" => {
                                 kafka_action::publish(&producer, &started_task, &namespaces, signing.keys()).await
                             }
-                            _ => callback::call(&caller, &started_task).await,
+                            _ => match broadcast::split_if_broadcast(&pool, &caller, &mut started_task).await {
+                                Ok(()) => callback::call(&caller, &started_task).await,
+                                Err(failed) => failed,
+                            },
                         }
                     }
                     Err(wait) => callback::Attempt::rate_held_back(namespace.limits.max_fires_per_second, wait),

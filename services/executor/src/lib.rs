@@ -10,6 +10,7 @@
 //! written back in batches, and only then are their offsets stored for commit, as far as
 //! the completed prefix of each partition reaches.
 
+mod broadcast;
 pub mod callback;
 pub mod commits;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod failing_targets;
 pub mod group_watch;
 pub mod guarded_resolver;
+pub mod host_addresses;
 pub mod in_flight;
 pub mod kafka_action;
 pub mod metrics;
@@ -205,6 +207,8 @@ impl App {
                 metrics.callbacks_waiting.clone(),
                 config.callback_allow.clone(),
             )
+            .map_err(ExecutorError::HttpClient)?
+            .with_host_addresses(config.host_addresses.clone())
             .map_err(ExecutorError::HttpClient)?
             .with_signing(signing.clone())
             .with_namespaces(namespaces.clone())

@@ -178,7 +178,7 @@ impl Planner {
                 continue;
             };
             let update = guarded(row, &mut tasks, |tasks| match checked(row) {
-                Ok((schedule, catchup)) => self.plan_timer(row, &schedule, catchup, first, now, tasks),
+                Ok(checked) => self.plan_timer(row, &checked, first, now, tasks),
                 // Only reachable for a row changed behind the trigger's back, or stored
                 // before a check that now refuses it.
                 Err(e) => PlanUpdate::invalid(row.id, e.to_string()),
@@ -197,10 +197,11 @@ impl Planner {
     fn validate_row(&self, row: &TimerRow, now: DateTime<Utc>, tasks: &mut Vec<PlannedTask>) -> PlanUpdate {
         // The action too, though only the executor uses it, so that a timer that could
         // never run is marked invalid when it is created.
-        let (schedule, catchup) = match row.action().and_then(|_| checked(row)) {
+        let checked = match row.action().and_then(|_| checked(row)) {
             Ok(checked) => checked,
             Err(e) => return PlanUpdate::invalid(row.id, e.to_string()),
         };
+        let schedule = &checked.schedule;
         let first = if schedule.is_one_shot() {
             // An occurrence whose history retention deleted ran long ago: not again.
             schedule.one_shot_at(row.created_at).filter(|at| row.pruned_through.is_none_or(|p| *at > p))
@@ -217,7 +218,7 @@ impl Planner {
             // Only an active timer is planned (a paused one keeps its first occurrence,
             // planned when it is resumed).
             Some(at) if row.state == TimerState::Active && at < now + self.horizon() => {
-                self.plan_timer(row, &schedule, catchup, at, now, tasks)
+                self.plan_timer(row, &checked, at, now, tasks)
             }
             Some(at) => PlanUpdate {
                 id: row.id,
@@ -258,8 +259,7 @@ impl Planner {
     fn plan_timer(
         &self,
         row: &TimerRow,
-        schedule: &Schedule,
-        catchup_window: chrono::Duration,
+        checked: &Checked,
         first: DateTime<Utc>,
         now: DateTime<Utc>,
         tasks: &mut Vec<PlannedTask>,
@@ -267,10 +267,9 @@ impl Planner {
         let misfire = chrono::Duration::from_std(self.misfire_threshold).unwrap_or(chrono::Duration::seconds(60));
         let plan_until = now + self.horizon() * 2;
         let policy = row.misfire_policy;
-        let catchup_from = now.checked_sub_signed(catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let catchup_from = now.checked_sub_signed(checked.catchup_window).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let (schedule, shards) = (&checked.schedule, checked.shards);
         let planned_before = tasks.len();
-        // The schema bounds it to 1..=1000.
-        let shards = row.fan_out_shards.clamp(1, punctual_shared::fan_out::MAX_SHARDS) as i16;
         let mut misfired = 0;
         let mut latest_missed: Option<DateTime<Utc>> = None;
         let mut next = Some(first);
@@ -339,8 +338,20 @@ impl PlanUpdate {
 }
 
 /// What the planner needs of a row, checked: its schedule and its catch-up window.
-fn checked(row: &TimerRow) -> Result<(Schedule, chrono::Duration), punctual_shared::timer::FieldError> {
-    Ok((row.schedule()?, row.catchup_window()?))
+/// What the planner reads of a timer's definition, checked.
+struct Checked {
+    schedule: Schedule,
+    catchup_window: chrono::Duration,
+    /// Tasks planned for each occurrence.
+    shards: i16,
+}
+
+fn checked(row: &TimerRow) -> Result<Checked, punctual_shared::timer::FieldError> {
+    Ok(Checked {
+        schedule: row.schedule()?,
+        catchup_window: row.catchup_window()?,
+        shards: row.fan_out()?.planned_shards(),
+    })
 }
 
 /// Runs `plan` for one row; if it panics, the row is marked invalid with the panic's

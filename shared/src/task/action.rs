@@ -25,6 +25,21 @@ pub struct Action {
     pub kafka_key: Option<String>,
     pub kafka_headers: Value,
     pub kafka_value: Option<Value>,
+    /// A broadcast's URLs, a shard each, called instead of `http_url`.
+    pub fan_out_urls: Option<Vec<String>>,
+    /// A broadcast to every address of `http_url`'s host: the executor splits the
+    /// occurrence when it is due, a shard an address.
+    pub fan_out_dns: bool,
+}
+
+impl Action {
+    /// The URL a shard of this action calls: its own of a broadcast's list, else `http_url`.
+    pub fn url_for(&self, shard: i16) -> Option<&str> {
+        match &self.fan_out_urls {
+            Some(urls) => urls.get(shard as usize).map(String::as_str),
+            None => self.http_url.as_deref(),
+        }
+    }
 }
 
 /// A timer's retry policy, as read with a task's start.
@@ -87,7 +102,7 @@ impl ActionCache {
 /// The columns of a started task's timer (`tm`): its action ([`Action`]).
 pub(super) const ACTION_COLUMNS: &str =
     "tm.namespace, tm.action_kind, tm.http_method, tm.http_url, tm.http_headers, tm.http_body, tm.http_timeout_ms,
-    tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value";
+    tm.kafka_topic, tm.kafka_key, tm.kafka_headers, tm.kafka_value, tm.fan_out_urls, tm.fan_out_dns";
 
 /// The columns of a started task's timer (`tm`): its retry policy.
 pub(super) const RETRY_COLUMNS: &str =

@@ -78,6 +78,7 @@ mod misfire;
 mod operator;
 mod plan;
 mod prune;
+mod split;
 mod start;
 pub mod stats;
 
@@ -89,4 +90,5 @@ pub use misfire::*;
 pub use operator::*;
 pub use plan::*;
 pub use prune::*;
+pub use split::*;
 pub use start::*;

@@ -97,10 +97,12 @@ async fn insert_occurrences(
 ) -> Result<Vec<i64>, sqlx::Error> {
     let added = sqlx::query!(
         "INSERT INTO tasks (timer_id, scheduled_at, due_at, timer_version, bucket, shard, shards, status)
-         SELECT tm.id, s.at, s.due_at, tm.version, ((punctual_bucket(tm.id) + i) % $4)::smallint, i,
-                tm.fan_out_shards, 'pending'
-           FROM timers tm, UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at),
-                generate_series(0, tm.fan_out_shards - 1) AS i
+         SELECT tm.id, s.at, s.due_at, tm.version, ((punctual_bucket(tm.id) + i) % $4)::smallint, i, n.shards,
+                'pending'
+           FROM timers tm
+          CROSS JOIN LATERAL (SELECT COALESCE(cardinality(tm.fan_out_urls), tm.fan_out_shards) AS shards) n
+          CROSS JOIN UNNEST($2::timestamptz[], $3::timestamptz[]) AS s(at, due_at)
+          CROSS JOIN generate_series(0, n.shards - 1) AS i
           WHERE tm.id = $1 AND tm.state = $5
          ON CONFLICT (timer_id, scheduled_at, shard) DO NOTHING
          RETURNING id, shard",

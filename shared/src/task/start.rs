@@ -23,6 +23,9 @@ pub struct StartedTask {
     pub scheduled_at: DateTime<Utc>,
     /// Which call of its occurrence this is.
     pub shard: Shard,
+    /// The address a shard of a DNS broadcast calls; none before the occurrence is split
+    /// ([`split`](super::split)) and for any other task.
+    pub address: Option<String>,
     pub attempt: i32,
     /// When the attempt is due, as the row says: a message published ahead of it (the
     /// scanner's lead) runs it then, not before, whatever the message says.
@@ -91,7 +94,8 @@ pub async fn start(
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let epochs: Vec<i64> = tasks.iter().map(|t| t.epoch).collect();
     let rows: Vec<PgRow> = sqlx::query(&format!(
-        "SELECT t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.attempt, t.due_at, t.claim_epoch AS epoch,
+        "SELECT t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.address, t.attempt, t.due_at,
+                t.claim_epoch AS epoch,
                 now() AS started_at,
                 tm.version AS timer_version,
                 tm.schedule_kind IN ('interval', 'cron') AS recurring, {ACTION_COLUMNS}, {RETRY_COLUMNS},
@@ -188,6 +192,7 @@ struct StartCandidate {
     scheduled_at: DateTime<Utc>,
     #[sqlx(flatten)]
     shard: Shard,
+    address: Option<String>,
     attempt: i32,
     due_at: DateTime<Utc>,
     epoch: i64,
@@ -207,6 +212,7 @@ impl StartCandidate {
             timer_id: self.timer_id,
             scheduled_at: self.scheduled_at,
             shard: self.shard,
+            address: self.address,
             attempt: self.attempt,
             due_at: self.due_at,
             started_at: self.started_at,
@@ -224,6 +230,7 @@ struct MarkedStart {
     scheduled_at: DateTime<Utc>,
     #[sqlx(flatten)]
     shard: Shard,
+    address: Option<String>,
     attempt: i32,
     due_at: DateTime<Utc>,
     started_at: DateTime<Utc>,
@@ -305,9 +312,11 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
             UPDATE tasks t SET status = 'running', started_at = now(), run_owner = $3
               FROM waiting w
              WHERE t.id = w.id AND w.verdict = 'run'
-            RETURNING t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.attempt, t.due_at, t.started_at
+            RETURNING t.id, t.timer_id, t.scheduled_at, t.shard, t.shards, t.address, t.attempt, t.due_at,
+                      t.started_at
          )
-         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.shard, s.shards, s.attempt, s.due_at, s.started_at,
+         SELECT w.verdict, s.id, s.timer_id, s.scheduled_at, s.shard, s.shards, s.address, s.attempt, s.due_at,
+                s.started_at,
                 {ACTION_COLUMNS},
                 {RETRY_COLUMNS}
            FROM waiting w
@@ -337,6 +346,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                     timer_id: row.timer_id,
                     scheduled_at: row.scheduled_at,
                     shard: row.shard,
+                    address: row.address,
                     attempt: row.attempt,
                     due_at: row.due_at,
                     started_at: row.started_at,

@@ -224,3 +224,82 @@ async fn a_dead_shard_makes_the_occurrence_dead_and_its_replay_reruns_only_it() 
     let per_shard: Vec<usize> = (0..3).map(|i| calls.iter().filter(|c| shard_of(c).0 == i).count()).collect();
     assert_eq!(per_shard, [1, 3, 1], "the replay ran shard 1 alone, as its third attempt");
 }
+
+/// A broadcast by DNS: each occurrence of a timer whose URL's host resolves to three
+/// loopback addresses (`PUNCTUAL_HOST_ADDRESSES`, as `/etc/hosts` would; the test's allow
+/// list admits them) reaches the instance at each address once, each call a shard of its
+/// own key and naming its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_broadcast_reaches_each_address_once_an_occurrence() {
+    let first = Sink::start_on("127.0.0.2:0".parse().unwrap()).await;
+    let port = first.addr.port();
+    let mut instances = vec![first];
+    for ip in ["127.0.0.3", "127.0.0.4"] {
+        instances.push(Sink::start_on(format!("{ip}:{port}").parse().unwrap()).await);
+    }
+    let stack =
+        Stack::start(&[("PUNCTUAL_HOST_ADDRESSES", "instances.test=127.0.0.2,127.0.0.3,127.0.0.4".into())]).await;
+    let start = (Utc::now() + chrono::Duration::seconds(2)).trunc_subsecs(0);
+    let timer = stack
+        .create_timer(&json!({
+            "name": "everywhere", "fan_out": {"broadcast": "dns"},
+            "schedule": {"every_ms": 1000, "start_at": start, "end_at": start + chrono::Duration::seconds(3)},
+            "action": {"http": {"url": format!("http://instances.test:{port}/flush")}}
+        }))
+        .await;
+    assert_eq!(timer["fan_out"], json!({"broadcast": "dns"}));
+    let id = timer["id"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(30), "three calls at each instance", || async {
+        instances.iter().all(|s| s.calls().len() >= 3).then_some(())
+    })
+    .await;
+    let timers = [Uuid::parse_str(&id).unwrap()];
+    assert!(stack.wait_settled(Some(&timers)).await, "settled\n{}", dump_logs(&stack));
+
+    let mut keys = BTreeSet::new();
+    for instance in &instances {
+        let calls = instance.calls_to("/flush");
+        let ip = instance.addr.ip().to_string();
+        assert_eq!(calls.len(), 3, "{ip}: once an occurrence\n{}", dump_logs(&stack));
+        for call in &calls {
+            assert_eq!(call.headers["punctual-address"].to_str().unwrap(), ip, "the address called is named");
+            assert_eq!(shard_of(call).1, 3, "three shards an occurrence");
+            assert!(keys.insert(call.idempotency_key.clone().unwrap()), "a key per call");
+        }
+        let occurrences: BTreeSet<_> = calls.iter().map(|c| c.scheduled_at().unwrap()).collect();
+        assert_eq!(occurrences.len(), 3, "{ip}: each occurrence");
+    }
+    let whole = occurrence(&stack, &id, start).await;
+    assert_eq!((whole["status"].as_str(), whole["shards"].as_i64()), (Some("succeeded"), Some(3)), "{whole}");
+    let addresses: Vec<&str> =
+        whole["runs"].as_array().unwrap().iter().map(|r| r["address"].as_str().unwrap()).collect();
+    assert_eq!(addresses, ["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+}
+
+/// A broadcast to listed URLs: each occurrence calls each URL once, as the shard of its
+/// place in the list, with the action's method and body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_calls_each_listed_url_once() {
+    let sink = Sink::start().await;
+    let stack = Stack::start(&[]).await;
+    let at = (Utc::now() + chrono::Duration::milliseconds(1_500)).trunc_subsecs(3);
+    let urls: Vec<String> = ["/a", "/b", "/c"].iter().map(|p| sink.url(p)).collect();
+    let timer = stack
+        .create_timer(&json!({
+            "name": "listed", "schedule": {"at": at}, "fan_out": {"broadcast": urls},
+            "action": {"http": {"method": "PUT", "url": sink.url("/unused"), "body": {"flush": true}}}
+        }))
+        .await;
+    let id = timer["id"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(30), "the occurrence succeeds", || async {
+        (occurrence(&stack, &id, at).await["status"] == "succeeded").then_some(())
+    })
+    .await;
+    assert!(sink.calls_to("/unused").is_empty(), "the listed URLs instead of the action's");
+    for (index, path) in ["/a", "/b", "/c"].iter().enumerate() {
+        let calls = sink.calls_to(path);
+        assert_eq!(calls.len(), 1, "{path} once");
+        assert_eq!(shard_of(&calls[0]), (index as u16, 3));
+        assert_eq!((calls[0].method.as_str(), &calls[0].body[..]), ("PUT", &br#"{"flush":true}"#[..]));
+    }
+}

@@ -42,14 +42,32 @@ async fn a_timers_fan_out_is_part_of_its_definition_and_bounded() {
     let (status, _, four) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
     assert_eq!(status, 200, "{four}");
     assert_eq!((four["fan_out"]["shards"].as_i64(), four["version"].as_i64()), (Some(4), Some(2)));
+    let urls = json!({"broadcast": ["https://a.example.com/x", "https://b.example.com/x"]});
+    let patch = json!({"revision": four["revision"], "fan_out": urls});
+    let (status, _, listed) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!((status, &listed["fan_out"]), (200, &urls), "{listed}");
+    let patch = json!({"revision": listed["revision"], "fan_out": {"broadcast": "dns"}});
+    let (_, _, four) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!((&four["fan_out"], four["version"].as_i64()), (&json!({"broadcast": "dns"}), Some(4)), "{four}");
     let patch = json!({"revision": four["revision"], "fan_out": null});
     let (_, _, one) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
-    assert_eq!((one.get("fan_out"), one["version"].as_i64()), (None, Some(3)), "{one}");
+    assert_eq!((one.get("fan_out"), one["version"].as_i64()), (None, Some(5)), "{one}");
+    // A broadcast calls URLs: not for a Kafka action.
+    let mut kafka = example();
+    kafka["name"] = json!("to-kafka");
+    kafka["action"] = json!({"kafka": {"topic": "orders"}});
+    kafka["fan_out"] = json!({"broadcast": "dns"});
+    let (status, _, problem) = api.post("/v1/timers", &kafka).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("fan_out.broadcast")), "{problem}");
 
     for (fan_out, want, field) in [
         (json!({"shards": 0}), 422, "fan_out.shards"),
         (json!({"shards": 1001}), 422, "fan_out.shards"),
-        (json!({"shards": 2, "broadcast": "dns"}), 400, "fan_out.broadcast"),
+        (json!({"shards": 2, "broadcast": "dns"}), 422, "fan_out"),
+        (json!({"shards": 2, "spread": 1}), 400, "fan_out.spread"),
+        (json!({"broadcast": []}), 422, "fan_out.broadcast"),
+        (json!({"broadcast": ["https://a.example.com/", "ftp://b.example.com/"]}), 422, "fan_out.broadcast[1]"),
+        (json!({"broadcast": ["https://a.example.com/", "http://10.1.2.3/x"]}), 422, "fan_out.broadcast[1]"),
     ] {
         let mut body = example();
         body["name"] = json!("refused");

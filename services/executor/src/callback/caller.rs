@@ -2,6 +2,7 @@
 //! parsed URLs and the targets.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,8 @@ use url::Url;
 
 use super::target::{CallLimits, Target, Turn};
 use crate::failing_targets::FailingTargets;
-use crate::guarded_resolver::GuardedResolver;
+use crate::guarded_resolver::{refusal, GuardedResolver};
+use crate::host_addresses::HostAddresses;
 use crate::namespaces::Namespaces;
 use crate::signing_keys::SigningKeys;
 use crate::turns::HeldBack;
@@ -52,6 +54,11 @@ pub struct Caller {
     pub(super) parsed: Mutex<HashMap<Box<str>, ParsedUrl>>,
     /// Calls waiting for a turn (`punctual_callbacks_waiting`).
     pub(super) waiting: IntGauge,
+    /// Addresses given to host names instead of the system resolver's.
+    hosts: Arc<HostAddresses>,
+    /// The clients of a DNS broadcast's shards, each connecting to one address of the
+    /// host, by namespace and address; emptied when it reaches [`MAX_PINNED_CLIENTS`].
+    pinned_clients: Mutex<HashMap<(String, IpAddr), HttpClient>>,
     /// Each namespace's secrets, which sign its calls.
     pub(super) signing: Arc<SigningKeys>,
     /// Each namespace's limits, and the turns of its calls.
@@ -72,8 +79,8 @@ pub(super) type HttpClient =
 
 /// The HTTP client of calls that `guard` admits, keeping up to `max_idle` idle
 /// connections per target.
-fn http_client(guard: Arc<TargetGuard>, max_idle: usize) -> Result<HttpClient, native_tls::Error> {
-    let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard));
+fn http_client(resolver: GuardedResolver, max_idle: usize) -> Result<HttpClient, native_tls::Error> {
+    let mut http = HttpConnector::new_with_resolver(resolver);
     // `https` URLs go through the TLS connector, which hands them to this one.
     http.enforce_http(false);
     // A callback is one small request: waiting to fill a segment only delays it.
@@ -96,6 +103,8 @@ type ParsedUrl = (Uri, Arc<Target>);
 
 /// Most URLs kept parsed (a few hundred bytes each).
 const MAX_PARSED_URLS: usize = 10_000;
+/// Most clients kept for the addresses of DNS broadcasts.
+const MAX_PINNED_CLIENTS: usize = 1_024;
 
 impl Caller {
     /// The client keeps as many idle connections per target as there can be calls at once:
@@ -104,7 +113,8 @@ impl Caller {
     /// its CPU at 8,000 calls/s with 256 idle connections and 2,000 calls).
     pub fn new(limits: CallLimits, waiting: IntGauge, guard: TargetGuard) -> Result<Self, native_tls::Error> {
         let guard = Arc::new(guard);
-        let client = http_client(guard.clone(), limits.max)?;
+        let hosts = Arc::new(HostAddresses::default());
+        let client = http_client(GuardedResolver::new(guard.clone(), hosts.clone()), limits.max)?;
         Ok(Self {
             client,
             limits,
@@ -113,10 +123,19 @@ impl Caller {
             targets: Mutex::new(HashMap::new()),
             parsed: Mutex::new(HashMap::new()),
             waiting,
+            hosts,
+            pinned_clients: Mutex::new(HashMap::new()),
             signing: Arc::default(),
             namespaces: Arc::default(),
             failing: None,
         })
+    }
+
+    /// Resolves the host names of `hosts` to the addresses it gives them.
+    pub fn with_host_addresses(mut self, hosts: HostAddresses) -> Result<Self, native_tls::Error> {
+        self.hosts = Arc::new(hosts);
+        self.client = http_client(GuardedResolver::new(self.guard.clone(), self.hosts.clone()), self.limits.max)?;
+        Ok(self)
     }
 
     /// Signs the calls of each namespace with its secrets (none without this).
@@ -151,9 +170,51 @@ impl Caller {
             }
         }
         let guard = Arc::new(self.guard.with(&extra));
-        let client = http_client(guard.clone(), self.limits.max).map_err(|e| format!("TLS: {e}"))?;
+        let resolver = GuardedResolver::new(guard.clone(), self.hosts.clone());
+        let client = http_client(resolver, self.limits.max).map_err(|e| format!("TLS: {e}"))?;
         clients.insert(namespace.to_owned(), (extra, guard.clone(), client.clone()));
         Ok((guard, client))
+    }
+
+    /// The guard and a client of `namespace`'s calls that connects to `address` alone,
+    /// whatever the URL's host resolves to: a DNS broadcast's shard. The guard still checks
+    /// the address, for the URL's host, as it checks any other.
+    pub(super) fn client_to(&self, namespace: &str, address: &str) -> Result<(Arc<TargetGuard>, HttpClient), String> {
+        let address: IpAddr = address.parse().map_err(|_| format!("not an address: {address:?}"))?;
+        let (guard, _) = self.client_for(namespace)?;
+        let mut clients = unpoisoned::lock(&self.pinned_clients);
+        let key = (namespace.to_owned(), address);
+        if let Some(client) = clients.get(&key) {
+            return Ok((guard, client.clone()));
+        }
+        if clients.len() >= MAX_PINNED_CLIENTS {
+            clients.clear();
+        }
+        let resolver = GuardedResolver::new(guard.clone(), self.hosts.clone()).pinned(address);
+        let client = http_client(resolver, self.limits.max).map_err(|e| format!("TLS: {e}"))?;
+        clients.insert(key, client.clone());
+        Ok((guard, client))
+    }
+
+    /// Every address of `url`'s host that `namespace`'s calls may reach, sorted: the
+    /// shards of a DNS broadcast. Err: why none, and whether that may pass.
+    pub async fn addresses(&self, namespace: &str, url: &str) -> Result<Vec<String>, (String, bool)> {
+        let (uri, _) = self.parse(url).map_err(|e| (format!("invalid http_url: {e}"), false))?;
+        let (guard, _) = self.client_for(namespace).map_err(|e| (e, true))?;
+        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        if let Ok(literal) = host.parse::<IpAddr>() {
+            guard.check_literal(host).map_err(|refused| (refused.to_string(), false))?;
+            return Ok(vec![literal.to_string()]);
+        }
+        let resolver = GuardedResolver::new(guard, self.hosts.clone());
+        match resolver.addresses(host).await {
+            Ok(addresses) if !addresses.is_empty() => Ok(addresses.iter().map(IpAddr::to_string).collect()),
+            Ok(_) => Err((format!("{host} resolves to no address"), true)),
+            Err(e) => Err(match refusal(&e) {
+                Some(refused) => (refused.to_string(), false),
+                None => (format!("resolving {host}: {e}"), true),
+            }),
+        }
     }
 
     /// `raw` checked (an absolute `http` or `https` URL) and parsed, and its target

@@ -7,7 +7,7 @@ use chrono::Utc;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use hyper::{Method, Request, Uri};
-use punctual_shared::fan_out::SHARD_HEADER;
+use punctual_shared::fan_out::{ADDRESS_HEADER, SHARD_HEADER};
 use punctual_shared::sealed::{Purpose, SecretKeys};
 use punctual_shared::task::{DeferReason, StartedTask};
 use punctual_shared::timer::is_reserved_http_header;
@@ -23,13 +23,17 @@ use crate::turns::HeldBack;
 /// Runs the task's callback, when its target has room for another call. Never fails: every
 /// error is an attempt that failed.
 pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
-    let (uri, target) = match task.action.http_url.as_deref().map(|raw| caller.parse(raw)) {
+    let (uri, target) = match task.action.url_for(task.shard.index).map(|raw| caller.parse(raw)) {
         Some(Ok(parsed)) => parsed,
         Some(Err(e)) => return Attempt::failed(format!("invalid http_url: {e}"), false, Duration::ZERO),
         None => return Attempt::failed("timer has no http_url".to_owned(), false, Duration::ZERO),
     };
     let namespace = &task.action.namespace;
-    let (guard, client) = match caller.client_for(namespace) {
+    let chosen = match &task.address {
+        Some(address) => caller.client_to(namespace, address),
+        None => caller.client_for(namespace),
+    };
+    let (guard, client) = match chosen {
         Ok(chosen) => chosen,
         Err(e) => return Attempt::failed(e, true, Duration::ZERO),
     };
@@ -131,6 +135,9 @@ async fn request(
     headers.insert("x-punctual-attempt", HeaderValue::from(task.attempt));
     if task.shard.is_fanned_out() {
         headers.insert(SHARD_HEADER, HeaderValue::from_str(&task.shard.header_value()).expect("digits and a slash"));
+    }
+    if let Some(address) = &task.address {
+        headers.insert(ADDRESS_HEADER, HeaderValue::from_str(address).map_err(|e| (e.to_string(), false))?);
     }
     // A timer's own traceparent header, if it sets one, is kept.
     if !headers.contains_key("traceparent") {

@@ -39,6 +39,7 @@ fn task_calling(url: &str) -> StartedTask {
         timer_id: uuid::Uuid::new_v4(),
         scheduled_at: Utc::now(),
         shard: punctual_shared::fan_out::Shard::WHOLE,
+        address: None,
         attempt: 1,
         due_at: Utc::now(),
         started_at: Utc::now(),
@@ -54,6 +55,8 @@ fn task_calling(url: &str) -> StartedTask {
             kafka_key: None,
             kafka_headers: Value::Null,
             kafka_value: None,
+            fan_out_urls: None,
+            fan_out_dns: false,
         }),
         retry: RetryPolicy { max_attempts: 1, initial_ms: 1_000, multiplier: 2.0, max_ms: 60_000 },
     }
@@ -412,4 +415,39 @@ fn retry_after_in_seconds_or_as_a_date() {
     let wait = parse_retry_after(&in_a_minute).unwrap();
     assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
     assert_eq!(parse_retry_after("soon"), None);
+}
+
+/// A DNS broadcast's addresses are those its host resolves to (here given by
+/// `PUNCTUAL_HOST_ADDRESSES`) that the guard admits; a shard with an address is called
+/// there, whatever else the name resolves to, and the guard still judges that address.
+#[tokio::test]
+async fn a_broadcasts_shard_is_called_at_its_own_address() {
+    let second = punctual_testkit::Sink::start_on("127.0.0.2:0".parse().unwrap()).await;
+    let port = second.addr.port();
+    let first = punctual_testkit::Sink::start_on(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let hosts: crate::host_addresses::HostAddresses =
+        "instances.test=127.0.0.2,127.0.0.1,127.0.0.2,10.9.9.9".parse().unwrap();
+    let caller = Caller::new(limits(2, 2), IntGauge::new("waiting", "test").unwrap(), "127.0.0.0/8".parse().unwrap())
+        .unwrap()
+        .with_host_addresses(hosts)
+        .unwrap();
+    let url = format!("http://instances.test:{port}/flush");
+    let addresses = caller.addresses("default", &url).await.unwrap();
+    assert_eq!(addresses, ["127.0.0.1", "127.0.0.2"], "sorted, once each, only those the guard admits");
+
+    let mut shard = task_calling(&url);
+    shard.shard = punctual_shared::fan_out::Shard { index: 1, total: 2 };
+    shard.address = Some("127.0.0.2".into());
+    assert_eq!(call(&caller, &shard).await.http_status, Some(200));
+    let calls = second.calls();
+    assert_eq!(calls.len(), 1, "called at its address");
+    assert!(first.calls().is_empty(), "and not at the name's other address");
+    assert_eq!(calls[0].headers["punctual-address"], "127.0.0.2");
+    assert_eq!(calls[0].headers["punctual-shard"], "1/2");
+    assert_eq!(calls[0].headers["host"], format!("instances.test:{port}").as_str(), "the URL's host name");
+
+    // An address the guard refuses is not called, whatever the row says.
+    shard.address = Some("10.9.9.9".into());
+    let refused = call(&caller, &shard).await;
+    assert!(!refused.retryable && refused.error.unwrap_or_default().contains("no public address"));
 }
