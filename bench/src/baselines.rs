@@ -120,7 +120,7 @@ pub async fn retention(server: &str, rows: i64) -> anyhow::Result<RetentionCost>
         "CREATE TABLE tasks_old PARTITION OF tasks_by_time FOR VALUES FROM (MINVALUE) TO (now() - interval '7 days')",
         "CREATE TABLE tasks_new PARTITION OF tasks_by_time FOR VALUES FROM (now() - interval '7 days') TO (MAXVALUE)",
         "ALTER TABLE tasks_by_time ADD PRIMARY KEY (id, scheduled_at)",
-        "CREATE UNIQUE INDEX ON tasks_by_time (timer_id, scheduled_at)",
+        "CREATE UNIQUE INDEX ON tasks_by_time (timer_id, scheduled_at, shard)",
     ] {
         sqlx::query(statement).execute(&pool).await.with_context(|| statement.to_owned())?;
     }

@@ -105,6 +105,13 @@ function backfillForm(id) {
   );
 }
 
+/** What a timer's fan-out makes of each occurrence. */
+function fanOut(fan) {
+  if (fan.shards) return `${fan.shards} shards an occurrence`;
+  if (fan.broadcast === "dns") return "a call to every address of the URL's host";
+  return `a call to each of ${fan.broadcast.join(", ")}`;
+}
+
 function runsTable(runs) {
   if (!runs.length) return h("p", { id: "runs" }, "No runs yet.");
   const rows = runs.map((r) =>
@@ -154,7 +161,7 @@ export async function timerPage(id) {
       ["Revision", timer.revision],
       ["Misfire policy", timer.misfire_policy],
       ["Overlap policy", timer.overlap_policy],
-      timer.fan_out ? ["Shards", `${timer.fan_out.shards} calls an occurrence`] : null,
+      timer.fan_out ? ["Fan-out", fanOut(timer.fan_out)] : null,
       ["Created", when(timer.created_at)],
       ["Updated", when(timer.updated_at)],
     ]

@@ -9,8 +9,9 @@ use std::convert::Infallible;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use punctual_shared::fan_out::FanOutKind;
 use punctual_shared::sealed::{is_sealed, Purpose, SecretKeys, SEALED_PREFIX};
-use punctual_shared::timer::{Action, FieldError};
+use punctual_shared::timer::{Action, FieldError, NewTimer};
 use serde_json::Value;
 
 use crate::timer_view::TimerView;
@@ -84,6 +85,38 @@ impl SecretHeaders {
             };
             if keys.needs_sealing(value) {
                 *value = keys.seal(&plaintext, Purpose::Header);
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a broadcast URL of a target the stored timer did not call while its action
+    /// keeps a stored secret value, as [`Self::restore`] refuses a changed URL: a key that may
+    /// change a timer but not read its secrets cannot send them elsewhere through its
+    /// broadcast either (`stored`: the timer's view as stored, unredacted).
+    pub fn check_broadcast(&self, timer: &NewTimer, stored: &Value) -> Result<(), FieldError> {
+        let (Action::Http(http), FanOutKind::Urls(urls)) = (&timer.action, &timer.fan_out) else {
+            return Ok(());
+        };
+        let stored_headers = stored.pointer("/action/http/headers").and_then(Value::as_object);
+        let keeps_a_secret = http.headers.iter().any(|(name, value)| {
+            (self.is_secret(name) || is_sealed(value))
+                && stored_headers.and_then(|h| h.get(name)).and_then(Value::as_str) == Some(value.as_str())
+        });
+        if !keeps_a_secret {
+            return Ok(());
+        }
+        let mut called: Vec<String> = origin(stored.pointer("/action/http/url")).into_iter().collect();
+        if let Some(Value::Array(listed)) = stored.pointer("/fan_out/broadcast") {
+            called.extend(listed.iter().filter_map(|url| origin(Some(url))));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            if origin(Some(&Value::String(url.clone()))).is_none_or(|o| !called.contains(&o)) {
+                return Err(FieldError::new(
+                    format!("fan_out.broadcast[{i}]"),
+                    "a target this timer did not call, while its action keeps stored secret header values: give \
+                     those values again in action.http.headers",
+                ));
             }
         }
         Ok(())

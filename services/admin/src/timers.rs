@@ -107,6 +107,7 @@ async fn patch_timer(
     }
     let revision = patch.revision;
     let mut timer = patch.apply(stored.to_spec()).validate()?;
+    state.secret_headers.check_broadcast(&timer, &stored_value)?;
     timer_policy::check(&state, &timer).await?;
     state.secret_headers.seal(&state.secret_keys, &mut timer.action)?;
     match timer_store::update_definition(&state.pool, &caller, id, revision, &timer).await? {

@@ -16,9 +16,12 @@ pub async fn split_if_broadcast(pool: &PgPool, caller: &Caller, task: &mut Start
         return Ok(());
     }
     let url = task.action.http_url.as_deref().unwrap_or_default();
-    let addresses = caller
-        .addresses(&task.action.namespace, url)
+    // Within the call's own timeout: the claim outlives the run by that and a little more.
+    let timeout = Duration::from_millis(task.action.http_timeout_ms.max(1) as u64);
+    let resolved = tokio::time::timeout(timeout, caller.addresses(&task.action.namespace, url))
         .await
+        .unwrap_or_else(|_| Err((format!("resolving the host took over {} ms", timeout.as_millis()), true)));
+    let addresses = resolved
         .map_err(|(error, retryable)| Attempt::failed(format!("broadcast: {error}"), retryable, Duration::ZERO))?;
     match task::split(pool, task.id, &addresses).await {
         Ok(Some((shard, address))) => {

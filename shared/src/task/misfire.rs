@@ -39,19 +39,28 @@ async fn cancel_late(db: &PgPool, held: &Held, threshold: Duration, void_claim: 
             SELECT t.id FROM tasks t {owned}
              WHERE t.status = 'claimed' AND {void_claim}
                AND t.due_at < now() - $3::interval AND t.attempt = 1
+         ), latest AS (
+            -- Each timer's latest late occurrence, over every bucket: a fanned-out
+            -- occurrence's shards are in several buckets, perhaps of several scanners, and
+            -- each of them keeps the same occurrence whole.
+            SELECT lt.timer_id,
+                   (SELECT max(o.scheduled_at) FROM tasks o
+                     WHERE o.timer_id = lt.timer_id AND o.attempt = 1 AND o.status IN ('pending', 'claimed')
+                       AND o.due_at < now() - $3::interval) AS scheduled_at
+              FROM (SELECT DISTINCT t.timer_id FROM late l JOIN tasks t ON t.id = l.id) lt
          ), missed AS (
             SELECT t.id, tm.misfire_policy,
                    t.scheduled_at < now() - tm.catchup_window_ms * interval '1 millisecond' AS beyond_window,
-                   -- An occurrence's shards share its rank: the latest is kept whole.
-                   dense_rank() OVER (PARTITION BY t.timer_id ORDER BY t.scheduled_at DESC) AS newest
+                   t.scheduled_at < la.scheduled_at AS older
               FROM late l JOIN tasks t ON t.id = l.id JOIN timers tm ON tm.id = t.timer_id
+              JOIN latest la ON la.timer_id = t.timer_id
          )
          UPDATE tasks t SET status = 'cancelled', finished_at = now(),
                 error = 'misfired (' || m.misfire_policy || ')'
            FROM missed m
           WHERE t.id = m.id AND t.status IN ('pending', 'claimed')
             AND (m.misfire_policy = 'skip'
-                 OR (m.misfire_policy = 'fire_once' AND m.newest > 1)
+                 OR (m.misfire_policy = 'fire_once' AND m.older)
                  OR (m.misfire_policy = 'fire_all' AND m.beyond_window))
          RETURNING m.misfire_policy"
     ))

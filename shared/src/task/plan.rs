@@ -116,7 +116,7 @@ pub async fn plan(
                                $10::smallint[]) AS u(t, s, v, b, i, n)
                    LEFT {}) AS x
          ON CONFLICT (timer_id, scheduled_at, shard) DO UPDATE
-            SET timer_version = EXCLUDED.timer_version, shards = EXCLUDED.shards, {}, error = NULL,
+            SET timer_version = EXCLUDED.timer_version, shards = EXCLUDED.shards, address = NULL, {}, error = NULL,
                 finished_at = NULL
           WHERE tasks.timer_version < EXCLUDED.timer_version
             AND tasks.status IN ('pending', 'claimed', 'cancelled')

@@ -290,7 +290,7 @@ pub async fn start_marked(db: &PgPool, owner: &str, tasks: &[StartRequest]) -> R
                      WHEN p.overlap_policy = 'buffer_one' AND p.place = CASE WHEN p.busy THEN 1 ELSE 2 END
                       AND NOT EXISTS (SELECT 1 FROM tasks b
                                        WHERE b.timer_id = p.timer_id AND b.id <> ALL($1) AND b.attempt = 1
-                                         AND b.scheduled_at <> p.scheduled_at
+                                         AND b.scheduled_at <> p.scheduled_at AND b.shard = 0
                                          AND b.status IN ('pending', 'claimed')
                                          AND b.due_at > b.scheduled_at) THEN 'defer'
                      ELSE 'skip'

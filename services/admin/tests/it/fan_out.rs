@@ -114,3 +114,31 @@ async fn an_occurrence_is_dead_if_a_shard_is_and_succeeded_when_all_are() {
     let (status, _, problem) = api.get(&occurrence("yesterday")).await;
     assert_eq!((status, problem["field"].as_str()), (422, Some("scheduled_at")), "{problem}");
 }
+
+/// A key that may change a timer but not read its secrets cannot send them to a new target
+/// through a broadcast: a URL of another origin is refused while the action keeps a stored
+/// secret value, and taken once the value is given again.
+#[tokio::test]
+async fn a_broadcast_does_not_carry_stored_secrets_to_a_new_target() {
+    let api = spawn_api().await;
+    let mut body = example();
+    body["action"]["http"]["headers"] = json!({"Authorization": "Bearer s3cr3t"});
+    let (status, _, timer) = api.post("/v1/timers", &body).await;
+    assert_eq!(status, 201, "{timer}");
+    let id = timer["id"].as_str().unwrap();
+    let elsewhere = json!({"broadcast": ["https://hooks.example.com/a", "https://attacker.example.net/"]});
+    let patch = json!({"revision": timer["revision"], "fan_out": elsewhere});
+    let (status, _, problem) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!((status, &problem["field"]), (422, &json!("fan_out.broadcast[1]")), "{problem}");
+    // The same origin as the URL keeps the stored value.
+    let same = json!({"broadcast": ["https://hooks.example.com/a", "https://hooks.example.com/b"]});
+    let patch = json!({"revision": timer["revision"], "fan_out": same});
+    let (status, _, changed) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!(status, 200, "{changed}");
+    // Given again, the value goes where the caller says.
+    let mut action = example()["action"].clone();
+    action["http"]["headers"] = json!({"Authorization": "Bearer given-again"});
+    let patch = json!({"revision": changed["revision"], "fan_out": elsewhere, "action": action});
+    let (status, _, changed) = api.send("PATCH", &format!("/v1/timers/{id}"), Some(&patch)).await;
+    assert_eq!(status, 200, "{changed}");
+}

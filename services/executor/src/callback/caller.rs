@@ -57,8 +57,9 @@ pub struct Caller {
     /// Addresses given to host names instead of the system resolver's.
     hosts: Arc<HostAddresses>,
     /// The clients of a DNS broadcast's shards, each connecting to one address of the
-    /// host, by namespace and address; emptied when it reaches [`MAX_PINNED_CLIENTS`].
-    pinned_clients: Mutex<HashMap<(String, IpAddr), HttpClient>>,
+    /// host, by namespace and address, with the guard each was made with; emptied when it
+    /// reaches [`MAX_PINNED_CLIENTS`].
+    pinned_clients: Mutex<HashMap<(String, IpAddr), NamespaceGuarded>>,
     /// Each namespace's secrets, which sign its calls.
     pub(super) signing: Arc<SigningKeys>,
     /// Each namespace's limits, and the turns of its calls.
@@ -97,6 +98,9 @@ fn http_client(resolver: GuardedResolver, max_idle: usize) -> Result<HttpClient,
 /// A namespace's own client: the allow-list it was made for, the guard (the service's and
 /// that list) and the client.
 type NamespaceClient = (TargetGuard, Arc<TargetGuard>, HttpClient);
+
+/// A client and the guard it was made with.
+type NamespaceGuarded = (Arc<TargetGuard>, HttpClient);
 
 /// A URL checked and parsed for the client, and its target.
 type ParsedUrl = (Uri, Arc<Target>);
@@ -184,15 +188,16 @@ impl Caller {
         let (guard, _) = self.client_for(namespace)?;
         let mut clients = unpoisoned::lock(&self.pinned_clients);
         let key = (namespace.to_owned(), address);
-        if let Some(client) = clients.get(&key) {
-            return Ok((guard, client.clone()));
+        // Made again when the namespace's allow-list changed since.
+        if let Some((made_with, client)) = clients.get(&key).filter(|(made_with, _)| **made_with == *guard) {
+            return Ok((made_with.clone(), client.clone()));
         }
         if clients.len() >= MAX_PINNED_CLIENTS {
             clients.clear();
         }
         let resolver = GuardedResolver::new(guard.clone(), self.hosts.clone()).pinned(address);
         let client = http_client(resolver, self.limits.max).map_err(|e| format!("TLS: {e}"))?;
-        clients.insert(key, client.clone());
+        clients.insert(key, (guard.clone(), client.clone()));
         Ok((guard, client))
     }
 
