@@ -44,8 +44,9 @@ echo "kubernetes-validate $KUBERNETES_VALIDATE_VERSION: ${manifests[*]} valid fo
 
 # What no schema knows: kustomization.yaml lists exactly the manifests (each holding at
 # least one object), every PUNCTUAL_* variable named in a deployment file is a setting of
-# README.md's Configuration table (the services ignore unknown ones), and the executors'
-# termination grace period exceeds their drain timeout.
+# docs/configuration.md (generated from the code; the services ignore unknown ones) or one
+# of runtime's telemetry variables (docs/monitoring.md), and the executors' termination
+# grace period exceeds their drain timeout.
 "$VENV/bin/python" - "${manifests[@]}" <<'EOF'
 import glob, os, re, sys
 import yaml
@@ -60,10 +61,13 @@ if listed != present:
     errors.append(f"deploy/kubernetes/kustomization.yaml lists {listed}; the folder has {present}")
 errors += [f"{m}: no object" for m, d in docs.items() if not d]
 
-settings = set(re.findall(r"^\| `(PUNCTUAL_[A-Z0-9_]+)`", open("README.md").read(), re.M))
+settings = set(re.findall(r"^\| `(PUNCTUAL_[A-Z0-9_]+)`", open("docs/configuration.md").read(), re.M))
+# PUNCTUAL_LOG_FORMAT and PUNCTUAL_OTLP_ENDPOINT: read by every service outside its settings.
+for f in ("runtime/src/telemetry.rs", "runtime/src/otlp.rs"):
+    settings |= set(re.findall(r'^pub const \w+: &str = "(PUNCTUAL_[A-Z0-9_]+)";', open(f).read(), re.M))
 for path in manifests + sorted(glob.glob("docker-compose*.yml")):
     for name in sorted(set(re.findall(r"\bPUNCTUAL_[A-Z0-9_]+", open(path).read())) - settings):
-        errors.append(f"{path}: {name} is not a setting in README.md's Configuration table")
+        errors.append(f"{path}: {name} is neither a setting in docs/configuration.md nor a telemetry variable")
 
 objects = [o for d in docs.values() for o in d]
 config = {k: v for o in objects if o.get("kind") == "ConfigMap" for k, v in (o.get("data") or {}).items()}

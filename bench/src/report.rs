@@ -18,7 +18,7 @@ pub struct Results {
     /// Measured after the scenarios, on a server of its own.
     pub claim_baseline: Option<ClaimBaseline>,
     /// The same, measured before the scenarios: the host's speed drifts within a run
-    /// (docs/BENCHMARKS.md, item 20), and the two measurements bracket it.
+    /// (docs/bench/history.md, item 20), and the two measurements bracket it.
     pub claim_baseline_before: Option<ClaimBaseline>,
     pub broker_baseline: Option<BrokerBaseline>,
     pub sustained: Vec<LoadResult>,

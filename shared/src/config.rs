@@ -1,6 +1,6 @@
 //! Settings shared by the services. Every setting is an environment variable with the
 //! `PUNCTUAL_` prefix (and a command-line flag of the same name); `--help` lists them with
-//! their defaults, and README's configuration table repeats them.
+//! their defaults, and docs/configuration.md repeats them.
 
 use std::fmt;
 use std::str::FromStr;
@@ -65,7 +65,7 @@ pub struct KafkaConfig {
     pub topic_replication: i32,
     /// Further librdkafka properties for every Kafka client, `key=value` pairs separated by
     /// `;` (e.g. `security.protocol=SASL_SSL;sasl.mechanism=PLAIN`). Applied last, so they
-    /// also override Punctual's own settings.
+    /// also override Punctual's own settings. Their values are never logged.
     #[arg(long, env = "PUNCTUAL_KAFKA_OPTIONS", default_value = "")]
     pub kafka_options: KafkaOptions,
 }

@@ -619,7 +619,7 @@ impl TimerRow {
 /// `<timer_id>:<scheduled_at in RFC 3339 UTC with milliseconds>`.
 /// Built without a format string: this runs for every message and every call, and chrono
 /// parsed `%Y-%m-%dT…` each time (3 % of the executor's own CPU samples at 15,000 fires/s,
-/// docs/BENCHMARKS.md item 15).
+/// docs/bench/history.md item 15).
 pub fn task_identity(timer_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
     let mut identity = String::with_capacity(64);
     identity.push_str(timer_id.hyphenated().encode_lower(&mut Uuid::encode_buffer()));

@@ -1,4 +1,4 @@
-//! Admin settings: environment variables with documented defaults (see README).
+//! Admin settings: environment variables with documented defaults (see docs/configuration.md).
 
 use std::net::SocketAddr;
 

@@ -1,4 +1,4 @@
-//! Executor settings: environment variables with documented defaults (see README).
+//! Executor settings: environment variables with documented defaults (see docs/configuration.md).
 
 use std::net::SocketAddr;
 
@@ -25,7 +25,9 @@ pub struct ExecutorConfig {
     /// Topic that receives tasks that failed their last attempt.
     #[arg(long, env = "PUNCTUAL_DEAD_TOPIC", default_value = "punctual.dead")]
     pub dead_topic: String,
-    /// Name this executor runs tasks under (default: executor-<random>); must differ between executors.
+    /// Name this executor runs tasks under, and its static membership of the group (default:
+    /// `<host name>:<port of PUNCTUAL_EXECUTOR_ADDR>`, the same across restarts); must differ
+    /// between executors.
     #[arg(long, env = "PUNCTUAL_EXECUTOR_ID")]
     pub executor_id: Option<String>,
     /// Kafka consumer session timeout: how long before the group gives a dead (or stopped:
@@ -40,11 +42,13 @@ pub struct ExecutorConfig {
     /// those calling, and those whose outcome waits for the write-back. A slot is held for
     /// the lead, the call and the write-back together, so at most this ÷ that long fires
     /// a second: with 5,000, 25,000 fires/s offered waited for slots (mean start lag 50 ms,
-    /// lag p99 321 ms), with 20,000 they did not (1.0 ms, 81 ms; docs/BENCHMARKS.md, item 18).
+    /// lag p99 321 ms), with 20,000 they did not (1.0 ms, 81 ms; docs/bench/history.md, item 18).
     #[arg(long, env = "PUNCTUAL_MAX_IN_FLIGHT", default_value_t = 20_000)]
     pub max_in_flight: usize,
     /// Most HTTP calls at once to one target (scheme, host and port), and so most
-    /// connections to it; further calls to it wait their turn (still counted in flight).
+    /// connections to it (kept alive up to 60 s idle, about 60 KB of memory each); further
+    /// calls to it wait their turn (still counted in flight). A target's throughput per
+    /// executor is at most its current limit ÷ its response time.
     #[arg(long, env = "PUNCTUAL_MAX_CALLS_PER_TARGET", default_value_t = 512)]
     pub max_calls_per_target: usize,
     /// HTTP calls at once to one target always allowed. A target's limit starts here and

@@ -159,7 +159,7 @@ impl App {
                 // How long the broker may hold a fetch when there is nothing new. The scanner
                 // sends a partition's tasks every 50 ms (its linger), ahead of their due time
                 // (the publish lead), so a longer wait costs no lag, and fewer empty fetches
-                // cost the broker less (docs/BENCHMARKS.md, item 11).
+                // cost the broker less (docs/bench/history.md, item 11).
                 ("fetch.wait.max.ms", "50"),
                 // Keep fetching while fewer than this many messages wait in the client's
                 // queue (bounded by `queued.max.messages.kbytes`, 64 MB by default). At the
@@ -167,7 +167,7 @@ impl App {
                 // one queue held that many, and the broker's answers then refilled it with
                 // the first partitions' backlog before the last one's: under a backlog one
                 // partition ran 20 s behind the others, so the lag's p99 was twice the backlog
-                // and late starts cost a write each (docs/BENCHMARKS.md, item 13).
+                // and late starts cost a write each (docs/bench/history.md, item 13).
                 ("queued.min.messages", "1000000"),
                 // For punctual_consumer_lag.
                 ("statistics.interval.ms", "5000"),

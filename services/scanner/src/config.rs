@@ -1,4 +1,4 @@
-//! Scanner settings: environment variables with documented defaults (see README).
+//! Scanner settings: environment variables with documented defaults (see docs/configuration.md).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub struct ScannerConfig {
     /// the lookahead (the default) no occurrence needs a separate claim. Each re-plan
     /// rewrites the timer's row (a non-HOT update: `next_plan_at` is indexed), so a timer
     /// firing every second costs one timer write per 10 occurrences at 10 s, and one per 5
-    /// at 5 s (docs/BENCHMARKS.md, item 17).
+    /// at 5 s (docs/bench/history.md, item 17).
     #[arg(long, env = "PUNCTUAL_PLAN_HORIZON_MS", default_value_t = 10_000)]
     pub plan_horizon_ms: u64,
     /// Tasks due within this window are claimed (or planned claimed) and held in memory
@@ -44,7 +44,9 @@ pub struct ScannerConfig {
     /// it until then. The lag this hides is the producer's linger (50 ms), the broker, the
     /// consumer's fetch (which may wait 50 ms for data) and the start statement (tens of
     /// milliseconds, more under load). A timer paused or changed within this long before an
-    /// occurrence may still fire it.
+    /// occurrence may still fire it. At most 10,000 (an executor runs nothing published
+    /// earlier) and half the lookahead; below about 100 ms, set a shorter `linger.ms` in
+    /// `PUNCTUAL_KAFKA_OPTIONS`.
     #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 200)]
     pub publish_lead_ms: u64,
     /// A claim expires this long after its task is due (after the claim, for a task claimed
@@ -52,7 +54,8 @@ pub struct ScannerConfig {
     /// again (its scanner died or froze, or its message was lost). An executor starts a
     /// callback without a write while the claim outlives the callback's timeout by 2 s, so
     /// with the defaults a task may wait 18 s past its due time (an executor far behind)
-    /// before its start costs a write.
+    /// before its start costs a write. Must exceed `PUNCTUAL_LOOKAHEAD_MS` by more than
+    /// 1,000.
     #[arg(long, env = "PUNCTUAL_LEASE_MS", default_value_t = 30_000)]
     pub lease_ms: u64,
     /// Most tasks claimed by one statement.
@@ -67,7 +70,8 @@ pub struct ScannerConfig {
     #[arg(long, env = "PUNCTUAL_BUCKET_LEASE_MS", default_value_t = 3_000)]
     pub bucket_lease_ms: u64,
     /// How often a scanner renews its membership (one row write), and hands over or
-    /// acquires buckets towards its fair share of the live scanners.
+    /// acquires buckets towards its fair share of the live scanners. At most half of
+    /// `PUNCTUAL_BUCKET_LEASE_MS`.
     #[arg(long, env = "PUNCTUAL_BUCKET_HEARTBEAT_MS", default_value_t = 1_000)]
     pub bucket_heartbeat_ms: u64,
     /// Finished occurrences (succeeded, dead, cancelled) are deleted, with their attempts,
@@ -78,7 +82,8 @@ pub struct ScannerConfig {
     /// How often the retention pass runs.
     #[arg(long, env = "PUNCTUAL_RETENTION_INTERVAL_MS", default_value_t = 600_000)]
     pub retention_interval_ms: u64,
-    /// Occurrences missed by more than this (system down or behind) are fired once, not each.
+    /// Occurrences missed by more than this (system down or behind) are judged by their
+    /// timer's misfire policy (`skip`, `fire_once`, `fire_all`) instead of fired late.
     #[arg(long, env = "PUNCTUAL_MISFIRE_THRESHOLD_MS", default_value_t = 60_000)]
     pub misfire_threshold_ms: u64,
 }

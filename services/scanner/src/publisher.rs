@@ -34,7 +34,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::Ka
             // hides. Per request, the producer's broker thread spins through the last
             // millisecond before each batch is due (it rounds the wait down), and the broker
             // and the consumers pay per request. With 5 ms the scanner used 34 µs a fire and
-            // the broker 25 at 10,000/s; with 50 ms, 12 and 5 at 12,000/s (docs/BENCHMARKS.md,
+            // the broker 25 at 10,000/s; with 50 ms, 12 and 5 at 12,000/s (docs/bench/history.md,
             // item 11).
             ("linger.ms", "50"),
             ("queue.buffering.max.messages", "2000000"),

@@ -65,7 +65,7 @@ impl From<RetryColumns> for RetryPolicy {
 /// The actions an executor has read, by timer, each at the version it was read at. A
 /// timer's action changes only with its version, so [`start`] decodes the action of a
 /// version once instead of with every task: decoding fourteen columns (two of them JSON)
-/// a task was a measured part of the executor's CPU (docs/BENCHMARKS.md, item 17). The
+/// a task was a measured part of the executor's CPU (docs/bench/history.md, item 17). The
 /// retry policy is not part of it: it may change without a new version, so it is read
 /// with each start.
 #[derive(Debug, Default)]

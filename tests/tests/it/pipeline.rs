@@ -184,7 +184,7 @@ async fn pause_stops_firing_and_resume_restarts_without_the_missed_occurrences()
 
 /// `PUNCTUAL_MAX_IN_FLIGHT` bounds the tasks an executor has at once, from the message's
 /// arrival to its outcome's write-back, whatever the target would take: it is what keeps
-/// the executor's memory flat under a backlog (docs/BENCHMARKS.md, items 12 and 18). With a
+/// the executor's memory flat under a backlog (docs/bench/history.md, items 12 and 18). With a
 /// bound of 4, twelve occurrences due together reach a target that answers in 600 ms in
 /// waves of at most four; without it, all twelve would arrive together (16 calls at once
 /// per target are allowed).

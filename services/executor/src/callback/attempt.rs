@@ -57,7 +57,7 @@ impl Attempt {
     /// Not called: its target or namespace (`reason`) was at its limit of calls, with a
     /// turn expected after `wait`. Deferred to it; when that is too late to defer, the
     /// occurrence is dead, not retried: a retry would find no sooner turn, and retrying
-    /// them tripled what such a target's occurrences cost everyone (docs/BENCHMARKS.md,
+    /// them tripled what such a target's occurrences cost everyone (docs/bench/history.md,
     /// "Neighbours").
     pub(super) fn held_back(limit: usize, wait: Duration, reason: DeferReason) -> Self {
         let whose = if reason == DeferReason::NamespaceLimit { "namespace" } else { "target" };

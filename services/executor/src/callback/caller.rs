@@ -34,7 +34,7 @@ use punctual_shared::unpoisoned;
 /// every task it held (up to `PUNCTUAL_MAX_IN_FLIGHT`, thousands), each on a connection of
 /// its own, kept open afterwards by the pool: at 15,000 fires/s offered, its memory grew
 /// from 178 to 300 MB within a minute (peak 361 MB), against 86 to 142 MB (peak 169 MB) with
-/// 512 (docs/BENCHMARKS.md, item 12). A target sees at most `max` connections from an
+/// 512 (docs/bench/history.md, item 12). A target sees at most `max` connections from an
 /// executor, as from a connection-limited proxy (Envoy's default limit is 1,024).
 pub struct Caller {
     pub(super) client: HttpClient,
@@ -49,7 +49,7 @@ pub struct Caller {
     pub(super) targets: Mutex<HashMap<String, Arc<Target>>>,
     /// URLs called lately, parsed, with their target's turns: parsing every call's URL
     /// (IDNA included) was a twentieth of the executor's own CPU at 15,000 calls/s
-    /// (docs/BENCHMARKS.md, item 15). Emptied when it reaches [`MAX_PARSED_URLS`], so
+    /// (docs/bench/history.md, item 15). Emptied when it reaches [`MAX_PARSED_URLS`], so
     /// timers with a URL each cost a parse per call, as before, and no unbounded memory.
     pub(super) parsed: Mutex<HashMap<Box<str>, ParsedUrl>>,
     /// Calls waiting for a turn (`punctual_callbacks_waiting`).
@@ -73,7 +73,7 @@ pub struct Caller {
 /// Not reqwest, which wraps this same client: reqwest 0.12 (and 0.13) formats every
 /// response's request URI as a string and parses it again as a `Url` (IDNA included), for
 /// a redirect it may have followed; that was 5 % of the executor's CPU at 20,000 calls/s
-/// (`perf record --call-graph dwarf`, docs/BENCHMARKS.md item 18). Callbacks follow no
+/// (`perf record --call-graph dwarf`, docs/bench/history.md item 19). Callbacks follow no
 /// redirects, so nothing is lost by calling hyper directly.
 pub(super) type HttpClient =
     hyper_util::client::legacy::Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>;

@@ -49,7 +49,7 @@ const RATE_WINDOW_MS: u64 = 1_000;
 ///
 /// Every call beyond the client's idle connections opens one, so the limit is also the
 /// number of connections to the target: growing it to `max` at once cost CPU on both
-/// sides (docs/BENCHMARKS.md, item 15).
+/// sides (docs/bench/history.md, item 15).
 pub(super) struct Target {
     /// `scheme://host:port`.
     pub(super) key: Arc<str>,
