@@ -266,10 +266,10 @@ async fn a_target_paused_for_failing_is_reported_and_resumes_on_request() {
     assert_eq!(listed["paused_targets"], serde_json::json!([]), "{}", dump_logs(&stack));
 }
 
-/// 50,000 one-shot timers of one namespace, inserted with one statement, are validated a
+/// 20,000 one-shot timers of one namespace, inserted with one statement, are validated a
 /// pass at a time between the scans that plan and claim the other timers: another
 /// namespace's occurrences, planned only 1 s ahead here, all run once, none misfired
-/// (threshold 2 s). Validating the import pass after pass first misfires them.
+/// (threshold 2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_in_one_namespace_leaves_another_namespaces_occurrences_all_delivered() {
     let (other, sink) = (Sink::start().await, Sink::start().await);
@@ -295,7 +295,7 @@ async fn an_import_in_one_namespace_leaves_another_namespaces_occurrences_all_de
     sqlx::query(
         "INSERT INTO timers (namespace, name, schedule_kind, run_at, http_url)
          SELECT 'import', 'import-' || i, 'once', now() + interval '1 hour' + i * interval '1 millisecond', $1
-           FROM generate_series(1, 50000) AS i",
+           FROM generate_series(1, 20000) AS i",
     )
     .bind(other.url("/import"))
     .execute(pool)
@@ -303,15 +303,16 @@ async fn an_import_in_one_namespace_leaves_another_namespaces_occurrences_all_de
     .unwrap();
     let finished = all_finished(&stack, &steady, steady_span.1).await;
     assert_steady_all_succeeded_once(&stack, &sink, &steady, steady_span.1, finished).await;
-    // One pass of new timers a scan: on a machine busy with the rest of the suite, 50,000
-    // take minutes. What this test holds to is the steady namespace, above.
+    // One pass of new timers a scan: on a machine busy with the rest of the suite, 20,000
+    // take a minute or more (50,000 took up to 191 s, close to the suite's 300 s limit of a
+    // test). What this test holds to is the steady namespace, above.
     eventually(Duration::from_secs(240), "the import planned too", || async {
         let planned: i64 =
             sqlx::query_scalar("SELECT count(*) FROM timers WHERE namespace = 'import' AND plan_status <> 'new'")
                 .fetch_one(pool)
                 .await
                 .ok()?;
-        (planned == 50_000).then_some(())
+        (planned == 20_000).then_some(())
     })
     .await;
 }
