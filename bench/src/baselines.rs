@@ -20,24 +20,30 @@ pub struct ClaimBaseline {
     pub rows_per_s: f64,
 }
 
-/// A database of its own on a Postgres server, with Punctual's schema, for one baseline.
-struct Scratch {
-    name: String,
+/// A database of its own on a Postgres server, for one baseline or peer.
+pub(crate) struct Scratch {
+    pub name: String,
     admin: PgConnection,
-    pool: sqlx::PgPool,
+    pub pool: sqlx::PgPool,
 }
 
 impl Scratch {
+    /// With Punctual's schema.
     async fn create(server: &str) -> anyhow::Result<Self> {
+        let scratch = Self::empty(server).await?;
+        punctual_shared::db::MIGRATOR.run(&scratch.pool).await?;
+        Ok(scratch)
+    }
+
+    pub async fn empty(server: &str) -> anyhow::Result<Self> {
         let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(&format!("{server}/postgres")).await.context("connecting")?;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
         let pool = PgPoolOptions::new().max_connections(2).connect(&format!("{server}/{name}")).await?;
-        punctual_shared::db::MIGRATOR.run(&pool).await?;
         Ok(Self { name, admin, pool })
     }
 
-    async fn drop(mut self) -> anyhow::Result<()> {
+    pub async fn drop(mut self) -> anyhow::Result<()> {
         self.pool.close().await;
         sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name)).execute(&mut self.admin).await?;
         Ok(())

@@ -34,6 +34,18 @@ impl Env {
         Env::with_broker(database_server, broker, brokers, false)
     }
 
+    /// A Postgres server (given, or started here) and no broker: for the peer.
+    pub fn postgres_only(database_server: Option<String>) -> Env {
+        let pg = database_server.is_none().then(|| PgServer::start_with_options(PG_OPTIONS));
+        Env {
+            database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
+            brokers: String::new(),
+            pg,
+            broker: None,
+            broker_shared: false,
+        }
+    }
+
     /// A Postgres server (given, or started here) beside `broker`, which outlives the
     /// scenario: a JVM compiles its hot code during its first minutes under load, and a
     /// broker started for each scenario would spend them doing that.
@@ -138,9 +150,7 @@ impl Env {
     /// broker and Postgres only when the harness started them: it knows their process ids).
     pub fn cpu(&self, stack: &Stack) -> CpuSample {
         let of = |pid: Option<u32>| pid.and_then(cpu_seconds).unwrap_or(0.0);
-        let postgres = self
-            .postmaster_pid()
-            .map_or(0.0, |pm| of(Some(pm)) + children(pm).into_iter().map(|p| of(Some(p))).sum::<f64>());
+        let postgres = self.postgres_cpu();
         let more =
             |binary: &str| stack.more.iter().filter(|p| p.name.starts_with(binary)).map(|p| of(p.pid())).sum::<f64>();
         CpuSample {
@@ -150,6 +160,13 @@ impl Env {
             postgres,
             sink: of(Some(std::process::id())),
         }
+    }
+
+    /// CPU seconds used so far by the Postgres server and its backends (0 when the server
+    /// was given: its process ids are not known here).
+    pub fn postgres_cpu(&self) -> f64 {
+        let of = |pid: u32| cpu_seconds(pid).unwrap_or(0.0);
+        self.postmaster_pid().map_or(0.0, |pm| of(pm) + children(pm).into_iter().map(of).sum::<f64>())
     }
 
     fn broker_pid(&self) -> Option<u32> {

@@ -13,6 +13,7 @@ mod idle;
 mod measure;
 mod neighbors;
 mod panels;
+mod peer;
 mod report;
 mod scenarios;
 mod sink;
@@ -64,6 +65,8 @@ enum Command {
         /// three quarters of the slowest pace delivered if none was).
         #[arg(long, default_value_t = 3)]
         refine: u32,
+        #[command(flatten)]
+        peer: peer::PeerSettings,
         #[command(flatten)]
         servers: Servers,
     },
@@ -185,6 +188,21 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// The peer (graphile-worker) offered the same load as `sustained`, rate by rate up
+    /// to the first it does not sustain, on a Postgres server of its own.
+    Peer {
+        #[arg(long, value_delimiter = ',', default_value = "1000,2500,5000,10000")]
+        rates: Vec<u32>,
+        #[arg(long, default_value_t = WARMUP_S)]
+        warmup: u32,
+        #[arg(long, default_value_t = 30)]
+        duration: u32,
+        #[command(flatten)]
+        settings: peer::PeerSettings,
+        /// Postgres server URL, without database (default: start one in a temporary folder).
+        #[arg(long, env = "PUNCTUAL_BENCH_DATABASE_URL")]
+        database_server: Option<String>,
+    },
     /// Timers whose occurrences are split into shards: `timers` × `shards` calls a second.
     FanOut {
         #[arg(long, default_value_t = 100)]
@@ -260,7 +278,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let telemetry = punctual_runtime::telemetry::init("punctual-bench")?;
     let result = match Cli::parse().command {
-        Command::Run { smoke, out, rates, refine, servers } => run(smoke, &out, rates, refine, servers).await,
+        Command::Run { smoke, out, rates, refine, peer, servers } => {
+            run(smoke, &out, rates, refine, peer, servers).await
+        }
         Command::Sustained { rate, load, servers } => {
             let LoadShape { warmup, duration, scanners, executors } = load;
             scenarios::sustained(&servers.start(), rate, warmup, duration, scanners, executors).await.map(drop)
@@ -292,6 +312,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Surface { readyz_clients, requests, servers } => {
             surface::surface(&servers.start(), surface::Surface { readyz_clients, requests }).await.map(drop)
+        }
+        Command::Peer { rates, warmup, duration, settings, database_server } => {
+            peer::peer_rates(&Env::postgres_only(database_server), &rates, warmup, duration, settings).await.map(drop)
         }
         Command::Idle { seconds, servers } => idle::idle(&servers.start(), seconds).await.map(drop),
         Command::FanOut { timers, shards, seconds, servers } => {
@@ -388,6 +411,7 @@ async fn run(
     out: &std::path::Path,
     rates: Option<Vec<u32>>,
     refine: u32,
+    peer_settings: peer::PeerSettings,
     servers: Servers,
 ) -> anyhow::Result<()> {
     let mut results = Results {
@@ -422,6 +446,12 @@ async fn run(
     results.claim_baseline_before =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.sustained = sweep.run(&servers).await?;
+    // The peer at the same rates, after Punctual's, on the same kind of Postgres server.
+    let rates: Vec<u32> = results.sustained.iter().map(|r| r.rate).collect();
+    let LoadShape { warmup, duration, .. } = sweep.load;
+    results.peer =
+        peer::peer_rates(&Env::postgres_only(servers.database_server.clone()), &rates, warmup, duration, peer_settings)
+            .await?;
     if !smoke {
         // Two scanners, two executors, and two of each: from three quarters of the rate
         // one of each sustained, narrowed down the same way.
@@ -450,6 +480,7 @@ async fn run(
     results.neighbors = Some(neighbors::neighbors(&servers.clone().start(), sizes).await?);
     let (timers, shards, seconds) = if smoke { (10, 10, 5) } else { (100, 100, 30) };
     results.fan_out = Some(fan_out::fan_out(&servers.clone().start(), timers, shards, seconds).await?);
+    results.idle = Some(idle::idle(&servers.clone().start(), if smoke { 10 } else { 60 }).await?);
     results.claim_baseline =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.broker_baseline = Some(baselines::broker(&servers.start().brokers, messages, 4).await?);
@@ -461,7 +492,8 @@ async fn run(
             + results.burst.as_ref().map_or(0, |b| b.lost)
             + results.stored.as_ref().map_or(0, |s| s.empty.lost + s.full.lost)
             + results.neighbors.as_ref().map_or(0, |n| n.lost())
-            + results.fan_out.as_ref().map_or(0, |f| f.lost as u64);
+            + results.fan_out.as_ref().map_or(0, |f| f.lost as u64)
+            + results.peer.iter().map(|p| p.undelivered).sum::<u64>();
         anyhow::ensure!(lost == 0, "the smoke run lost {lost} occurrences");
     }
     Ok(())

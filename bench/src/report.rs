@@ -28,6 +28,9 @@ pub struct Results {
     pub stored: Option<StoredResult>,
     pub neighbors: Option<crate::neighbors::NeighborsResult>,
     pub fan_out: Option<crate::fan_out::FanOutResult>,
+    /// The peer at the sustained rates, up to the first it did not sustain.
+    pub peer: Vec<crate::peer::PeerResult>,
+    pub idle: Option<crate::idle::IdleResult>,
 }
 
 /// What the harness ran on: CPU model and count, memory, kernel.
@@ -63,6 +66,7 @@ impl Results {
     pub fn markdown(&self) -> String {
         let mut md = String::new();
         let _ = writeln!(md, "Mode: {}; machine: {}; started {}.\n", self.mode, self.machine, self.started_at);
+        md.push_str(&self.headline());
         if let Some(c) = &self.claim_baseline {
             let _ = write!(
                 md,
@@ -211,6 +215,81 @@ impl Results {
         }
         if let Some(f) = &self.fan_out {
             let _ = writeln!(md, "\n{}", f.markdown());
+        }
+        md
+    }
+
+    /// The table a run opens with: each offered rate, what Punctual did (rate, lag, CPU a
+    /// fire by component, row writes a fire) next to the claim baseline measured beside it
+    /// and next to the peer at the same rate; then the idle stack.
+    fn headline(&self) -> String {
+        let mut md = String::new();
+        if self.sustained.is_empty() {
+            return md;
+        }
+        let peer = self.peer.first().map_or(crate::peer::PEER, |p| p.peer);
+        let _ = writeln!(
+            md,
+            "| offered /s | Punctual /s | lag p50 / p99 ms | CPU µs a fire: scanner + executor + broker + Postgres = all | row writes a fire | × claim beside | {peer} /s | its lag p50 / p99 ms | its CPU µs a job: worker + Postgres = all | its row writes a job | Punctual ÷ peer |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let ceiling = self.peer.iter().map(|p| p.achieved_per_s).reduce(f64::max);
+        for r in &self.sustained {
+            let c = &r.cpu_per_fire;
+            let all = c.total_us - c.sink_us;
+            let mark = if r.is_sustained() { "" } else { " ✗" };
+            let _ = write!(
+                md,
+                "| {} | {:.0}{mark} | {:.1} / {:.1} | {:.0} + {:.0} + {:.0} + {:.0} = **{all:.0}** | {:.2} | {} |",
+                r.rate,
+                r.achieved_per_s,
+                r.lag.p50_ms,
+                r.lag.p99_ms,
+                c.scanner_us,
+                c.executor_us,
+                c.broker_us,
+                c.postgres_us,
+                r.row_writes_per_fire,
+                claim_beside(r)
+            );
+            match self.peer.iter().find(|p| p.rate == r.rate) {
+                Some(p) => {
+                    let mark = if p.is_sustained() { "" } else { " ✗" };
+                    let _ = writeln!(
+                        md,
+                        " {:.0}{mark} | {:.1} / {:.1} | {:.0} + {:.0} = **{:.0}** | {:.2} | {:.2} |",
+                        p.achieved_per_s,
+                        p.lag.p50_ms,
+                        p.lag.p99_ms,
+                        p.worker_us,
+                        p.postgres_us,
+                        p.total_us,
+                        p.row_writes_per_fire,
+                        r.achieved_per_s / p.achieved_per_s.max(1.0)
+                    );
+                }
+                None => match ceiling {
+                    Some(ceiling) => {
+                        let _ = writeln!(
+                            md,
+                            " not run (above its ceiling) | | | | {:.2} × its ceiling ({ceiling:.0}/s) |",
+                            r.achieved_per_s / ceiling.max(1.0)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(md, " not run | | | | |");
+                    }
+                },
+            }
+        }
+        let _ = writeln!(
+            md,
+            "
+(✗: not sustained, that is something not delivered or a lag above 1 s. The peer is run at each rate up to the first it does not sustain; above that its highest rate is its ceiling. The sink's CPU is left out of both.)
+"
+        );
+        if let Some(idle) = &self.idle {
+            let _ = writeln!(md, "{}", idle.markdown());
         }
         md
     }
@@ -387,6 +466,7 @@ fn next_rate(tried: &[Tried]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::LagStats;
 
     fn claim(rows_per_s: f64) -> ClaimBaseline {
         ClaimBaseline { rows: 200_000, batch: 5_000, rows_per_s }
@@ -453,6 +533,53 @@ mod tests {
         );
         assert!(md.contains("| 1 | 1 | 10000, 12000 | 12000 | 0.75 |"), "{md}");
         assert!(md.contains("| 2 | 1 | 8000 | 8000 | 0.40 |"), "{md}");
+    }
+
+    #[test]
+    fn the_headline_sets_each_rate_beside_the_peers_and_its_ceiling_above_what_it_ran() {
+        let punctual = |rate: u32, achieved: f64| LoadResult {
+            rate,
+            achieved_per_s: achieved,
+            lag: LagStats { p50_ms: 2.0, p99_ms: 9.0, max_ms: 20.0, ..Default::default() },
+            cpu_per_fire: crate::env::CpuPerFire {
+                scanner_us: 7.0,
+                executor_us: 26.0,
+                broker_us: 4.0,
+                postgres_us: 36.0,
+                sink_us: 10.0,
+                total_us: 83.0,
+            },
+            row_writes_per_fire: 2.13,
+            ..Default::default()
+        };
+        let peer = |rate: u32, achieved: f64, max_ms: f64| crate::peer::PeerResult {
+            peer: crate::peer::PEER,
+            settings: crate::peer::PeerSettings { concurrency: 20, pool: 20, poll_ms: 100 },
+            rate,
+            warmup_s: 15,
+            duration_s: 30,
+            expected: u64::from(rate) * 30,
+            delivered: u64::from(rate) * 30,
+            undelivered: 0,
+            duplicated: 0,
+            achieved_per_s: achieved,
+            lag: LagStats { p50_ms: 30.0, p99_ms: 800.0, max_ms, ..Default::default() },
+            worker_us: 800.0,
+            postgres_us: 700.0,
+            total_us: 1_500.0,
+            row_writes_per_fire: 3.0,
+        };
+        let results = Results {
+            sustained: vec![punctual(1_000, 1_000.0), punctual(2_500, 2_500.0), punctual(5_000, 5_000.0)],
+            peer: vec![peer(1_000, 1_000.0, 900.0), peer(2_500, 1_250.0, 60_000.0)],
+            ..Default::default()
+        };
+        let md = results.markdown();
+        // CPU all-in leaves the sink out: 7 + 26 + 4 + 36 = 73.
+        assert!(md.contains("| 1000 | 1000 | 2.0 / 9.0 | 7 + 26 + 4 + 36 = **73** | 2.13 | – | 1000 | 30.0 / 800.0 | 800 + 700 = **1500** | 3.00 | 1.00 |"), "{md}");
+        assert!(md.contains("| 2500 | 2500 | 2.0 / 9.0 | 7 + 26 + 4 + 36 = **73** | 2.13 | – | 1250 ✗ |"), "{md}");
+        assert!(md.contains("| 2.00 |\n"), "{md}");
+        assert!(md.contains("not run (above its ceiling) | | | | 4.00 × its ceiling (1250/s) |"), "{md}");
     }
 
     #[test]

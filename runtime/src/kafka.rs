@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use prometheus::{IntCounterVec, Opts};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
@@ -52,20 +51,7 @@ pub fn count_error(e: &KafkaError) {
     CLIENT_ERRORS.with_label_values(&[kind.as_str()]).inc();
 }
 
-/// The context of Punctual's producers: counts client-wide errors, and logs them as
-/// librdkafka's default does.
-#[derive(Clone, Copy, Default)]
-pub struct CountingContext;
-
-impl ClientContext for CountingContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        count_error(&error);
-        tracing::error!("librdkafka: {error}: {reason}");
-    }
-}
-
-/// Punctual's producers: they count their errors.
-pub type Producer = FutureProducer<CountingContext>;
+pub use crate::producer::Producer;
 
 /// Whether a failed send means the idempotent producer itself cannot go on, so that a new
 /// one must take its place. Besides librdkafka's own fatal errors: a broker that lost its
@@ -134,10 +120,8 @@ impl ReplaceableProducer {
             Ok(replacement) => {
                 let old = std::mem::replace(&mut *unpoisoned::write(&self.current), (generation + 1, replacement));
                 tracing::warn!(error = %e, "the producer failed: replaced it");
-                // Dropping a producer purges, flushes and joins its threads (up to some
-                // hundreds of milliseconds): not on an async worker. Senders may still
-                // hold clones of it.
-                tokio::task::spawn_blocking(move || drop(old));
+                // Senders may still hold clones of it; the last one dropped stops it.
+                drop(old);
             }
             // Tried again on the next failure.
             Err(e) => tracing::warn!(error = %e, "the producer failed and could not be replaced yet"),
@@ -245,7 +229,7 @@ mod tests {
         let counter = made.clone();
         let producer = ReplaceableProducer::new(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            client_config(&cfg, &[]).create_with_context(CountingContext)
+            Producer::create(&client_config(&cfg, &[]))
         })
         .unwrap();
         let failed = |code| KafkaError::MessageProduction(code);

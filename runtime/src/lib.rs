@@ -10,6 +10,7 @@ pub mod ops;
 pub mod otlp;
 pub mod periodic;
 pub mod problem;
+pub mod producer;
 pub mod readiness;
 pub mod service_metrics;
 pub mod supervisor;

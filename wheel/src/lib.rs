@@ -101,6 +101,33 @@ impl<T> TimingWheel<T> {
         }
     }
 
+    /// The earliest time (ms) at which [`advance`](Self::advance) can expire an entry or
+    /// move one to a finer level; `None` when the wheel is empty. Never later than the
+    /// earliest deadline, so a driver may sleep until then instead of ticking every
+    /// millisecond: an occupied level-0 slot gives its exact deadline, a coarser level
+    /// the start of its first occupied slot (a cascade point).
+    pub fn next_wake(&self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        // Each level's occupied slots lie ahead of the current one within its span (an
+        // entry is placed by the highest digit in which its deadline differs from `now`,
+        // and cascaded when `now` reaches its slot), and a finer level's all come before
+        // a coarser one's: the first occupied level decides.
+        for level in 0..LEVELS {
+            let bits = level as u32 * SLOT_BITS;
+            let digit = ((self.now >> bits) as u32) & (SLOTS as u32 - 1);
+            let ahead = if digit == SLOTS as u32 - 1 { 0 } else { self.occupied[level] & (!0u64 << (digit + 1)) };
+            if ahead != 0 {
+                let span = bits + SLOT_BITS;
+                let block = self.now & !((1u64 << span) - 1);
+                return Some(block + ((ahead.trailing_zeros() as u64) << bits));
+            }
+        }
+        // Only past the coarsest level's span (thousands of years): check again soon.
+        Some(self.now + 1)
+    }
+
     /// The next instant after `now`, and at most `to`, at which something can happen: an
     /// occupied level-0 slot, or the start of a higher-level slot (a cascade point).
     fn next_stop(&self, to: u64) -> u64 {
@@ -157,6 +184,30 @@ mod tests {
         assert!(w.is_empty());
     }
 
+    #[test]
+    fn the_next_wake_is_never_after_the_earliest_deadline() {
+        let start = 1_700_000_000_123;
+        let mut w = TimingWheel::new(start);
+        assert_eq!(w.next_wake(), None);
+        w.insert(start + 5, "a").unwrap();
+        assert_eq!(w.next_wake(), Some(start + 5), "level 0: exact");
+        let mut w = TimingWheel::new(start);
+        w.insert(start + 20_000, "b").unwrap();
+        let mut out = Vec::new();
+        let mut wakes = 0;
+        // Waking only when told, the entry expires exactly at its deadline, after a few
+        // cascades rather than 20,000 ticks.
+        while let Some(at) = w.next_wake() {
+            assert!(at <= start + 20_000 && at > w.now(), "{at}");
+            w.advance(at - 1, &mut out);
+            assert!(out.is_empty());
+            w.advance(at, &mut out);
+            wakes += 1;
+        }
+        assert_eq!(out, vec!["b"]);
+        assert!(wakes <= 4, "{wakes} wakes");
+    }
+
     /// Against a binary heap, with random deadlines and random advance steps: the same
     /// items expire at the same times.
     #[test]
@@ -180,6 +231,10 @@ mod tests {
                 wheel.insert(deadline, (deadline, id)).unwrap();
                 heap.push(Reverse((deadline, id)));
                 id += 1;
+            }
+            if let Some(Reverse((earliest, _))) = heap.peek() {
+                let wake = wheel.next_wake().expect("not empty");
+                assert!(wake > now && wake <= *earliest, "wake {wake}, now {now}, earliest {earliest}");
             }
             now += rand() % [3, 200, 50_000][(rand() % 3) as usize];
             let mut got = Vec::new();

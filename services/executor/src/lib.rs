@@ -94,7 +94,7 @@ pub struct App {
 pub type Producer = kafka::ReplaceableProducer;
 
 fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::error::KafkaResult<kafka::Producer> {
-    kafka::client_config(
+    kafka::Producer::create(&kafka::client_config(
         kafka,
         &[
             ("enable.idempotence", "true"),
@@ -104,8 +104,7 @@ fn create_producer(kafka: &punctual_shared::config::KafkaConfig) -> rdkafka::err
             // one is stuck.
             ("message.timeout.ms", "30000"),
         ],
-    )
-    .create_with_context(kafka::CountingContext)
+    ))
 }
 
 type TaskConsumer = StreamConsumer<ExecutorContext>;
@@ -156,11 +155,11 @@ impl App {
                 // of a shorter session) keeps a dead member's partitions' move within 5 s of
                 // its death with the default 3 s session, for two small requests a second.
                 ("heartbeat.interval.ms", &(config.kafka_session_timeout_ms / 3).clamp(100, 500).to_string()),
-                // How long the broker may hold a fetch when there is nothing new. The scanner
-                // sends a partition's tasks every 50 ms (its linger), ahead of their due time
-                // (the publish lead), so a longer wait costs no lag, and fewer empty fetches
-                // cost the broker less (docs/bench/history.md, item 11).
-                ("fetch.wait.max.ms", "50"),
+                // How long the broker may hold a fetch when there is nothing new: a fetch
+                // is answered as soon as a message arrives, so the wait costs no lag, and
+                // an idle executor's empty fetches were the broker's largest idle cost
+                // (docs/BENCHMARKS.md, "Idle").
+                ("fetch.wait.max.ms", "500"),
                 // Keep fetching while fewer than this many messages wait in the client's
                 // queue (bounded by `queued.max.messages.kbytes`, 64 MB by default). At the
                 // default (100,000) the client stopped fetching every partition whenever its

@@ -186,7 +186,7 @@ fn readiness(pool: &PgPool, producer: &ReplaceableProducer, topic: &str, ownersh
         .postgres(pool)
         .kafka(topic, move |topic, timeout| {
             let (_, producer) = producer.get();
-            rdkafka::producer::Producer::client(&producer).fetch_metadata(Some(topic), timeout)
+            producer.client().fetch_metadata(Some(topic), timeout)
         })
         .check("bucket lease", move || {
             let live = ownership.is_member();

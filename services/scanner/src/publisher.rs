@@ -8,13 +8,13 @@ use chrono::Utc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use punctual_runtime::kafka::{self, Generation, ReplaceableProducer};
 use punctual_runtime::otlp;
+use punctual_runtime::producer::DeliveryFuture;
 use punctual_shared::config::KafkaConfig;
 use punctual_shared::task::{ClaimedTask, TaskMessage};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -25,7 +25,7 @@ use punctual_wheel::TimingWheel;
 
 /// An idempotent producer: a retried send never duplicates a message in the log.
 pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::KafkaError> {
-    kafka::client_config(
+    kafka::Producer::create(&kafka::client_config(
         cfg,
         &[
             ("enable.idempotence", "true"),
@@ -44,8 +44,7 @@ pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::Ka
             // of every client until the test gave up.
             ("message.timeout.ms", "30000"),
         ],
-    )
-    .create_with_context(kafka::CountingContext)
+    ))
 }
 
 pub struct Publisher {
@@ -131,6 +130,9 @@ impl Publisher {
     }
 }
 
+/// The longest the wheel driver sleeps.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
 /// Holds claimed tasks in the timing wheel and publishes each when its time comes: the
 /// publisher's lead before it is due.
 pub async fn drive_wheel(
@@ -140,11 +142,13 @@ pub async fn drive_wheel(
 ) {
     let now_ms = || Utc::now().timestamp_millis().max(0) as u64;
     let mut wheel: TimingWheel<ClaimedTask> = TimingWheel::new(now_ms());
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let deliveries = TaskTracker::new();
     let mut due = Vec::new();
     loop {
+        // Asleep until the wheel's next deadline (or cascade), not woken every millisecond:
+        // an idle scanner holding a few occurrences seconds ahead costs nothing meanwhile.
+        // At most a second at a time, in case the wall clock was stepped.
+        let wake = wheel.next_wake().map_or(IDLE_WAKE, |at| Duration::from_millis(at.saturating_sub(now_ms())));
         tokio::select! {
             biased;
             _ = token.cancelled() => break,
@@ -157,7 +161,7 @@ pub async fn drive_wheel(
                     }
                 }
             }
-            _ = tick.tick() => {
+            _ = tokio::time::sleep(wake.min(IDLE_WAKE)) => {
                 wheel.advance(now_ms(), &mut due);
             }
         }

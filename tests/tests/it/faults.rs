@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use punctual_shared::timer::task_identity;
+use punctual_shared::timer::{identity_scheduled_at, task_identity};
 use punctual_testkit::load::{until, Load};
 use punctual_testkit::repeats::{Repeats, SINK_DELAY, WRITE_BACK};
 use punctual_testkit::servers::{Broker, PgServer};
@@ -95,7 +95,15 @@ async fn runs_marked_by_a_killed_executor_run_again_under_the_same_owner() {
     // `skip` marks every run, so each one in flight at the kill is a `running` row.
     let load = Load::start_with_overlap(&stack, &sink, 20, 10, "skip").await;
     until(&load, 4).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Killed as soon as second 4's first call has reached the sink, which holds each for
+    // 300 ms: calls are in flight then however late the busy machine delivers that second
+    // (a fixed 150 ms after it came too early once: nothing had been called yet).
+    let second_4 = load.at(4);
+    eventually(Duration::from_secs(30), "a call of second 4", || async {
+        let keys = sink.calls().into_iter().filter_map(|c| c.idempotency_key);
+        keys.filter_map(|k| identity_scheduled_at(&k)).any(|at| at == second_4).then_some(())
+    })
+    .await;
     stack.executor.kill();
     let killed_at = Utc::now();
     stack.executor.restart();
