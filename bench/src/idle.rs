@@ -15,6 +15,8 @@ use crate::sink::LagSink;
 #[derive(Debug, Clone, Serialize)]
 pub struct IdleResult {
     pub seconds: f64,
+    /// Seconds the stack ran before.
+    pub warmup_s: u64,
     /// Percent of one core, by process.
     pub scanner: f64,
     pub executor: f64,
@@ -28,15 +30,23 @@ pub struct IdleResult {
 impl IdleResult {
     pub fn markdown(&self) -> String {
         format!(
-            "Idle: one timer every 5 s, {:.0} s measured ({} calls).\n\n\
+            "Idle: one timer every 5 s, {:.0} s measured after {} s ({} calls).\n\n\
              | scanner | executor | admin | broker | Postgres | all |\n|---|---|---|---|---|---|\n\
              | {:.2} % | {:.2} % | {:.2} % | {:.2} % | {:.2} % | **{:.2} %** |\n",
-            self.seconds, self.calls, self.scanner, self.executor, self.admin, self.broker, self.postgres, self.total
+            self.seconds,
+            self.warmup_s,
+            self.calls,
+            self.scanner,
+            self.executor,
+            self.admin,
+            self.broker,
+            self.postgres,
+            self.total
         )
     }
 }
 
-pub async fn idle(env: &Env, seconds: u64) -> anyhow::Result<IdleResult> {
+pub async fn idle(env: &Env, warmup: u64, seconds: u64) -> anyhow::Result<IdleResult> {
     let sink = LagSink::start().await?;
     let stack = env.stack(&[]).await;
     stack
@@ -44,7 +54,7 @@ pub async fn idle(env: &Env, seconds: u64) -> anyhow::Result<IdleResult> {
                               "action": {"http": {"url": sink.url()}}}))
         .await;
     // Past start-up: the first plans, the group's join, the JIT's first work in the broker.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(warmup)).await;
     let admin = || stack.admin.pid().and_then(cpu_seconds).unwrap_or(0.0);
     let (before, admin_before, calls_before, began) = (env.cpu(&stack), admin(), sink.distinct(), Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -54,6 +64,7 @@ pub async fn idle(env: &Env, seconds: u64) -> anyhow::Result<IdleResult> {
     let part = |f: fn(&CpuSample) -> f64| share(f(&after), f(&before));
     let mut result = IdleResult {
         seconds: elapsed,
+        warmup_s: warmup,
         scanner: part(|c| c.scanner),
         executor: part(|c| c.executor),
         admin: share(admin_after, admin_before),

@@ -185,6 +185,9 @@ enum Command {
     Idle {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// Seconds the stack runs before it is measured.
+        #[arg(long, default_value_t = 15)]
+        warmup: u64,
         #[command(flatten)]
         servers: Servers,
     },
@@ -316,7 +319,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Peer { rates, warmup, duration, settings, database_server } => {
             peer::peer_rates(&Env::postgres_only(database_server), &rates, warmup, duration, settings).await.map(drop)
         }
-        Command::Idle { seconds, servers } => idle::idle(&servers.start(), seconds).await.map(drop),
+        Command::Idle { seconds, warmup, servers } => idle::idle(&servers.start(), warmup, seconds).await.map(drop),
         Command::FanOut { timers, shards, seconds, servers } => {
             fan_out::fan_out(&servers.start(), timers, shards, seconds).await.map(drop)
         }
@@ -480,7 +483,7 @@ async fn run(
     results.neighbors = Some(neighbors::neighbors(&servers.clone().start(), sizes).await?);
     let (timers, shards, seconds) = if smoke { (10, 10, 5) } else { (100, 100, 30) };
     results.fan_out = Some(fan_out::fan_out(&servers.clone().start(), timers, shards, seconds).await?);
-    results.idle = Some(idle::idle(&servers.clone().start(), if smoke { 10 } else { 60 }).await?);
+    results.idle = Some(idle::idle(&servers.clone().start(), 15, if smoke { 10 } else { 60 }).await?);
     results.claim_baseline =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);
     results.broker_baseline = Some(baselines::broker(&servers.start().brokers, messages, 4).await?);

@@ -151,7 +151,10 @@ impl App {
                 token.clone(),
             ),
         );
-        tasks.spawn("topic keeper", keep_topic(self.config.kafka.clone(), topic_missing.clone(), token.clone()));
+        tasks.spawn(
+            "topic keeper",
+            keep_topic(self.config.kafka.clone(), topic_missing.clone(), self.metrics.published.clone(), token.clone()),
+        );
         tasks.spawn(
             "wheel driver",
             publisher::drive_wheel(
@@ -236,24 +239,38 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
 /// How often the scanner makes sure the tasks topic exists.
 const TOPIC_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Keeps the tasks topic in existence: checks every [`TOPIC_CHECK_INTERVAL`], and at once
-/// when a send reported it missing. A broker that lost its state (restarted without
+/// Keeps the tasks topic in existence: checks every [`TOPIC_CHECK_INTERVAL`] unless the
+/// broker acknowledged a message of it meanwhile (`published`: the topic was there), and at
+/// once when a send reported it missing. A broker that lost its state (restarted without
 /// durable storage) has lost the topic too, and a producer only says so when its messages
 /// time out; the tasks that failed meanwhile are claimed again when their leases expire.
 /// Its own task, so that a broker that does not answer never holds up planning and claiming.
-async fn keep_topic(kafka: KafkaConfig, topic_missing: Arc<AtomicBool>, token: CancellationToken) {
+async fn keep_topic(
+    kafka: KafkaConfig,
+    topic_missing: Arc<AtomicBool>,
+    published: prometheus::IntCounter,
+    token: CancellationToken,
+) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut last_check = std::time::Instant::now();
+    let mut acknowledged = published.get();
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if !(topic_missing.swap(false, Ordering::Relaxed) || last_check.elapsed() >= TOPIC_CHECK_INTERVAL) {
+        let missing = topic_missing.swap(false, Ordering::Relaxed);
+        if !(missing || last_check.elapsed() >= TOPIC_CHECK_INTERVAL) {
             continue;
         }
         last_check = std::time::Instant::now();
+        // Each check is a new admin client and a request to the controller: a cost worth
+        // sparing when acknowledgements show the topic is there.
+        let seen = std::mem::replace(&mut acknowledged, published.get());
+        if !missing && acknowledged > seen {
+            continue;
+        }
         let created = tokio::select! {
             _ = token.cancelled() => return,
             created = kafka::create_topic_if_missing(&kafka, &kafka.tasks_topic, kafka.tasks_partitions) => created,
