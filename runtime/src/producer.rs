@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -58,24 +57,12 @@ impl ProducerContext for ProducerReports {
     }
 }
 
-/// A producer; clones share it. The last one dropped stops its thread, which then drops
-/// the librdkafka producer (purging what it still holds).
+/// A producer; clones share it. Its thread polls while any clone lives, and then drops
+/// the librdkafka producer itself (purging what it still holds): a dropped producer never
+/// blocks its caller for that.
 #[derive(Clone)]
 pub struct Producer {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
     base: Arc<BaseProducer<ProducerReports>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The thread sees it within a poll and ends; not joined, so that dropping a
-        // producer never blocks its caller for that long.
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A send's delivery report, to await.
@@ -95,22 +82,22 @@ impl Producer {
     /// A producer of `config`, and its reporting thread.
     pub fn create(config: &ClientConfig) -> KafkaResult<Producer> {
         let base: Arc<BaseProducer<ProducerReports>> = Arc::new(config.create_with_context(ProducerReports)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (polled, stopped) = (base.clone(), stop.clone());
+        let polled = base.clone();
         std::thread::Builder::new()
             .name("kafka-reports".into())
             .spawn(move || {
-                while !stopped.load(Ordering::Relaxed) {
+                // No weak references are made, so once the clones are gone none comes back.
+                while Arc::strong_count(&polled) > 1 {
                     polled.poll(POLL);
                 }
             })
             .map_err(|e| KafkaError::ClientCreation(format!("the producer's reporting thread: {e}")))?;
-        Ok(Producer { shared: Arc::new(Shared { base, stop }) })
+        Ok(Producer { base })
     }
 
     /// The underlying client (metadata, for instance).
     pub fn client(&self) -> &Client<ProducerReports> {
-        self.shared.base.client()
+        self.base.client()
     }
 
     /// Queues `record` for sending, without waiting: its report comes by the future. A
@@ -126,7 +113,7 @@ impl Producer {
         P: ToBytes + ?Sized,
     {
         let (report, reported) = oneshot::channel();
-        match self.shared.base.send(base_record(record, Box::new(report))) {
+        match self.base.send(base_record(record, Box::new(report))) {
             Ok(()) => Ok(DeliveryFuture(reported)),
             Err((e, record)) => Err((e, future_record(record))),
         }
@@ -208,7 +195,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_send_that_cannot_be_delivered_reports_its_failure_and_a_dropped_producer_stops_its_thread() {
+    async fn a_send_that_cannot_be_delivered_reports_its_failure_and_a_dropped_producer_ends_its_thread() {
         // Nothing listens at port 1: the message times out, and says so.
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", "127.0.0.1:1").set("message.timeout.ms", "300");
@@ -218,8 +205,14 @@ mod tests {
         let (e, message) = outcome.expect_err("undeliverable");
         assert_eq!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::MessageTimedOut));
         assert_eq!(message.key(), Some(&b"k"[..]));
-        let stop = producer.shared.stop.clone();
+        let base = Arc::downgrade(&producer.base);
         drop(producer);
-        assert!(stop.load(Ordering::Relaxed), "the last clone stops the reporting thread");
+        // The thread notices within a poll, and drops the librdkafka producer.
+        let gone = async {
+            while base.upgrade().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the reporting thread ended");
     }
 }

@@ -1,6 +1,7 @@
 //! A hierarchical timing wheel: claimed tasks wait here until their fire time.
 //!
-//! Six levels of 64 slots at 1 ms resolution cover 64⁶ ms (about 2,200 years) ahead.
+//! Six levels of 64 slots at 1 ms resolution cover 64⁶ ms (about 795 days) ahead; a later
+//! deadline waits in the coarsest level and is placed again as time reaches its slot.
 //! Level `L` holds entries whose deadline differs from the wheel's current time only in
 //! bits `6L .. 6L+6` and below; a slot of level `L` spans 64^L ms. When time reaches
 //! the start of a higher-level slot, that slot's entries are cascaded down to finer
@@ -124,8 +125,10 @@ impl<T> TimingWheel<T> {
                 return Some(block + ((ahead.trailing_zeros() as u64) << bits));
             }
         }
-        // Only past the coarsest level's span (thousands of years): check again soon.
-        Some(self.now + 1)
+        // Only entries of the coarsest level behind its current slot are left: their
+        // deadlines differ from `now` above its span, so none comes before the next span.
+        let span = 1u64 << (LEVELS as u32 * SLOT_BITS);
+        Some((self.now | (span - 1)) + 1)
     }
 
     /// The next instant after `now`, and at most `to`, at which something can happen: an
@@ -182,6 +185,22 @@ mod tests {
             out.clear();
         }
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn an_entry_across_the_coarsest_span_wakes_the_wheel_at_the_span_not_every_millisecond() {
+        let span = 1u64 << 36;
+        let start = 3 * span - 10;
+        let mut w = TimingWheel::new(start);
+        w.insert(3 * span + 20, "across").unwrap();
+        assert_eq!(w.next_wake(), Some(3 * span));
+        let mut out = Vec::new();
+        while let Some(at) = w.next_wake() {
+            assert!(at > w.now() && at <= 3 * span + 20, "{at}");
+            w.advance(at, &mut out);
+        }
+        assert_eq!(out, vec!["across"]);
+        assert_eq!(w.now(), 3 * span + 20);
     }
 
     #[test]
