@@ -36,14 +36,7 @@ impl Env {
 
     /// A Postgres server (given, or started here) and no broker: for the peer.
     pub fn postgres_only(database_server: Option<String>) -> Env {
-        let pg = database_server.is_none().then(|| PgServer::start_with_options(PG_OPTIONS));
-        Env {
-            database_server: database_server.unwrap_or_else(|| pg.as_ref().expect("started").url()),
-            brokers: String::new(),
-            pg,
-            broker: None,
-            broker_shared: false,
-        }
+        Env::with_broker(database_server, None, Some(String::new()), false)
     }
 
     /// A Postgres server (given, or started here) beside `broker`, which outlives the

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::env::{CpuPerFire, Env};
-use crate::measure::LagStats;
+use crate::measure::{repeats, LagStats};
 use crate::sink::LagSink;
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,7 +84,7 @@ pub async fn fan_out(env: &Env, timers: usize, shards: i32, seconds: i64) -> any
         expected,
         delivered: deliveries.len(),
         lost: expected.saturating_sub(deliveries.len()),
-        repeated: deliveries.iter().map(|d| u64::from(d.calls.saturating_sub(1))).sum(),
+        repeated: repeats(&deliveries),
         lag: LagStats::of(&deliveries),
         cpu,
     };

@@ -1,5 +1,6 @@
 //! What the scenarios measure: lag distributions, process memory, Postgres row writes.
 
+use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use sqlx::PgPool;
@@ -33,6 +34,19 @@ impl LagStats {
             max_ms: ms(h.max()),
         }
     }
+}
+
+/// Calls beyond each occurrence's first: what was repeated.
+pub fn repeats(deliveries: &[Delivery]) -> u64 {
+    deliveries.iter().map(|d| u64::from(d.calls.saturating_sub(1))).sum()
+}
+
+/// Occurrences delivered a second, from `from` to the last one's first call, over at least
+/// `at_least_s` seconds: a load drained late is spread over the time it took.
+pub fn achieved_per_s(deliveries: &[Delivery], from: DateTime<Utc>, at_least_s: u32) -> f64 {
+    let last_us = deliveries.iter().map(|d| d.first_received_us).max().unwrap_or(from.timestamp_micros());
+    let span_s = ((last_us - from.timestamp_micros()) as f64 / 1e6).max(f64::from(at_least_s));
+    deliveries.len() as f64 / span_s
 }
 
 /// The largest lag among the occurrences scheduled in each `slice_s` seconds from `from_us`
@@ -193,6 +207,18 @@ mod tests {
         assert!((s.p50_ms - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.p99_ms - 990.0).abs() < 1.0, "{s:?}");
         assert!((s.max_ms - 1000.0).abs() < 1.0, "{s:?}");
+    }
+
+    #[test]
+    fn repeats_and_the_rate_achieved_over_the_time_it_took() {
+        let mut deliveries: Vec<Delivery> = (1..=10).map(|i| delivery(i * 1_000_000)).collect();
+        deliveries[3].calls = 3;
+        assert_eq!(repeats(&deliveries), 2);
+        let from = DateTime::from_timestamp_micros(1_000_000).unwrap();
+        // The last first call 10 s after `from`: 10 in 10 s, unless the load lasted longer.
+        assert_eq!(achieved_per_s(&deliveries, from, 5), 1.0);
+        assert_eq!(achieved_per_s(&deliveries, from, 20), 0.5);
+        assert_eq!(achieved_per_s(&[], from, 20), 0.0);
     }
 
     #[test]

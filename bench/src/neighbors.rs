@@ -19,7 +19,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::env::Env;
-use crate::measure::LagStats;
+use crate::measure::{repeats, LagStats};
 use crate::sink::LagSink;
 
 /// How big each neighbour is.
@@ -198,7 +198,7 @@ pub async fn neighbors(env: &Env, n: Neighbours) -> anyhow::Result<NeighborsResu
                 expected,
                 delivered,
                 lost: expected.saturating_sub(delivered),
-                duplicated: deliveries.iter().map(|d| u64::from(d.calls - 1)).sum(),
+                duplicated: repeats(&deliveries),
                 delivered_per_s: delivered as f64 / f64::from(seconds.max(1)),
                 lag: LagStats::of(&deliveries),
             }

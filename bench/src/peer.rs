@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 
 use crate::baselines::Scratch;
 use crate::env::{settle_stats, Env};
-use crate::measure::{cpu_seconds, LagStats};
+use crate::measure::{achieved_per_s, cpu_seconds, repeats, LagStats};
 use crate::scenarios::whole_second_after;
 use crate::sink::LagSink;
 
@@ -148,8 +148,6 @@ pub async fn graphile(
     let deliveries = sink.deliveries_between(t0, end);
     let expected = u64::from(rate) * u64::from(duration_s);
     let delivered = deliveries.len() as u64;
-    let last_us = deliveries.iter().map(|d| d.first_received_us).max().unwrap_or(t0.timestamp_micros());
-    let span_s = ((last_us - t0.timestamp_micros()) as f64 / 1e6).max(f64::from(duration_s));
     settle_stats(&db.pool).await;
     let row_writes = writes(&db.pool).await? - writes_before;
     db.drop().await?;
@@ -164,8 +162,8 @@ pub async fn graphile(
         expected,
         delivered,
         undelivered: expected.saturating_sub(delivered),
-        duplicated: deliveries.iter().map(|d| u64::from(d.calls - 1)).sum(),
-        achieved_per_s: delivered as f64 / span_s,
+        duplicated: repeats(&deliveries),
+        achieved_per_s: achieved_per_s(&deliveries, t0, duration_s),
         lag: LagStats::of(&deliveries),
         worker_us,
         postgres_us,

@@ -12,7 +12,8 @@ use serde_json::json;
 
 use crate::env::{current_mb, settle_stats, CpuPerFire, Env, Memory};
 use crate::measure::{
-    max_lag_by_partition, max_lag_by_slice, reset_statements, top_statements, LagStats, RowWrites, StatementTime,
+    achieved_per_s, max_lag_by_partition, max_lag_by_slice, repeats, reset_statements, top_statements, LagStats,
+    RowWrites, StatementTime,
 };
 use crate::sink::LagSink;
 
@@ -222,9 +223,6 @@ pub async fn steady_load(
     let executor_late_mb = current_mb(&stack.executor);
     let deliveries = sink.deliveries_between(t0, end);
     let delivered = deliveries.len() as u64;
-    let duplicated: u64 = deliveries.iter().map(|d| u64::from(d.calls - 1)).sum();
-    let last_us = deliveries.iter().map(|d| d.first_received_us).max().unwrap_or(t0.timestamp_micros());
-    let span_s = ((last_us - t0.timestamp_micros()) as f64 / 1e6).max(f64::from(duration_s));
     settle_stats(&stack.db.pool).await;
     let writes = RowWrites::read(&stack.db.pool).await?.since(writes_before);
     let scanner_metrics = stack.metrics(&stack.scanner).await;
@@ -241,8 +239,8 @@ pub async fn steady_load(
         expected,
         delivered,
         lost: expected.saturating_sub(delivered),
-        duplicated,
-        achieved_per_s: delivered as f64 / span_s,
+        duplicated: repeats(&deliveries),
+        achieved_per_s: achieved_per_s(&deliveries, t0, duration_s),
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
         max_lag_by_partition_ms: max_lag_by_partition(&deliveries, TASKS_PARTITIONS as i16),
@@ -401,7 +399,7 @@ pub async fn burst(env: &Env, timers: u64, window_s: u32, lead_s: u32) -> anyhow
         window_s,
         delivered,
         lost: timers.saturating_sub(delivered),
-        duplicated: deliveries.iter().map(|d| u64::from(d.calls - 1)).sum(),
+        duplicated: repeats(&deliveries),
         drain_s: (last_us - t0.timestamp_micros()) as f64 / 1e6,
         lag: LagStats::of(&deliveries),
         max_lag_by_5s_ms: max_lag_by_slice(&deliveries, t0.timestamp_micros(), 5),
