@@ -26,6 +26,12 @@ pub struct ScannerConfig {
     /// How often the scanner plans and claims, when no notification wakes it earlier.
     #[arg(long, env = "PUNCTUAL_SCAN_INTERVAL_MS", default_value_t = 200)]
     pub scan_interval_ms: u64,
+    /// While scans find nothing to plan or claim, the interval doubles up to this. A timer
+    /// written, a task made pending (a retry, a deferral, a replay) and buckets acquired wake
+    /// the scanner at once; what else it finds (a plan running out, a claim expiring, a
+    /// misfire) it finds up to this late. Equal to `PUNCTUAL_SCAN_INTERVAL_MS`: no backoff.
+    #[arg(long, env = "PUNCTUAL_SCAN_IDLE_INTERVAL_MS", default_value_t = 2_000)]
+    pub scan_idle_interval_ms: u64,
     /// Occurrences are planned into task rows this far ahead (timers are re-planned when
     /// their planned horizon is nearer than this, up to twice this ahead). Occurrences
     /// planned within the lookahead are written claimed, so with a horizon of at most half
@@ -92,6 +98,9 @@ impl ScannerConfig {
     pub fn scan_interval(&self) -> Duration {
         Duration::from_millis(self.scan_interval_ms)
     }
+    pub fn scan_idle_interval(&self) -> Duration {
+        Duration::from_millis(self.scan_idle_interval_ms)
+    }
     pub fn lookahead(&self) -> Duration {
         Duration::from_millis(self.lookahead_ms)
     }
@@ -135,6 +144,12 @@ impl ScannerConfig {
         if self.claim_batch < 1 || self.scan_interval_ms == 0 {
             return Err("PUNCTUAL_CLAIM_BATCH and PUNCTUAL_SCAN_INTERVAL_MS must be positive".into());
         }
+        if self.scan_idle_interval_ms < self.scan_interval_ms {
+            return Err(format!(
+                "PUNCTUAL_SCAN_IDLE_INTERVAL_MS ({}) must be at least PUNCTUAL_SCAN_INTERVAL_MS ({})",
+                self.scan_idle_interval_ms, self.scan_interval_ms
+            ));
+        }
         Ok(())
     }
 }
@@ -161,6 +176,8 @@ mod tests {
         assert!(error.contains("PUNCTUAL_LEASE_MS"), "{error}");
         let error = parse(&["--bucket-heartbeat-ms", "2000"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_BUCKET_HEARTBEAT_MS"), "{error}");
+        let error = parse(&["--scan-idle-interval-ms", "100"]).unwrap().check().unwrap_err();
+        assert!(error.contains("PUNCTUAL_SCAN_IDLE_INTERVAL_MS"), "{error}");
     }
 
     #[test]

@@ -139,6 +139,9 @@ pub struct LeaseKeeper {
     pub metrics: Metrics,
     /// Tasks claimed again on takeover go to the wheel driver.
     pub claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
+    /// Buckets acquired wake the scan loop: their timers and due tasks are its to plan and
+    /// claim now.
+    pub wakes: Arc<crate::pace::Wakes>,
 }
 
 /// How long a graceful hand-over may take before the scanner exits anyway (its buckets
@@ -221,6 +224,7 @@ impl LeaseKeeper {
                 self.metrics.bucket_takeovers.inc_by(taken_over as u64);
                 tracing::info!(acquired = acquired.len(), taken_over, share, "buckets acquired");
                 to_reclaim.extend(acquired.iter().map(|g| (g.bucket, g.epoch)));
+                self.wakes.now.notify_one();
             }
         }
         if !to_reclaim.is_empty() {

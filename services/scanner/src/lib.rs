@@ -6,10 +6,11 @@
 //! * the lease keeper ([`leases::LeaseKeeper`]): renews this scanner's membership every
 //!   heartbeat and keeps its fair share of the buckets; the others plan, claim and publish
 //!   only for the buckets it holds;
-//! * the listener ([`listen_for_timers`]): wakes the scan loop on `punctual_timers`
-//!   notifications;
-//! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval or as soon as
-//!   a `punctual_timers` notification arrives;
+//! * the listener ([`listen`]): wakes the scan loop on `punctual_timers` notifications
+//!   (a timer written) and `punctual_tasks` ones (a task made pending);
+//! * the scan loop ([`scan_loop`]): plan, then claim, every scan interval, or as soon as a
+//!   notification or the lease keeper wakes it; less often while scans find nothing
+//!   ([`pace::Pace`]);
 //! * the wheel driver ([`publisher::drive_wheel`]): every millisecond, expires due tasks
 //!   and publishes them. Publishing writes nothing to Postgres: a task whose message is
 //!   lost stays claimed until its lease expires, and is then claimed and sent again;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod leases;
 pub mod metrics;
 pub mod new_pass;
+pub mod pace;
 pub mod planner;
 pub mod publisher;
 pub mod retention;
@@ -42,7 +44,7 @@ use punctual_shared::task::{self, ClaimedTask};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +53,7 @@ pub use error::ScannerError;
 use leases::{LeaseKeeper, Ownership};
 use metrics::Metrics;
 use new_pass::NewPassSize;
+use pace::{Pace, Wakes};
 use planner::Planner;
 
 pub struct App {
@@ -99,7 +102,7 @@ impl App {
     /// their leases expire and another scanner (or this one, restarted) claims them again.
     pub async fn run_until_stopped(self, token: CancellationToken) -> Result<(), ScannerError> {
         let tasks = Supervisor::new(token.clone());
-        let wake = Arc::new(Notify::new());
+        let wakes = Arc::new(Wakes::default());
         let topic_missing = Arc::new(AtomicBool::new(false));
         let (claimed_tx, claimed_rx) = mpsc::channel::<Vec<ClaimedTask>>(64);
         let ownership = Arc::new(Ownership::new(self.owner.clone()));
@@ -115,6 +118,7 @@ impl App {
                 misfire_threshold: std::time::Duration::from_millis(self.config.misfire_threshold_ms),
                 metrics: self.metrics.clone(),
                 claimed_tx: claimed_tx.clone(),
+                wakes: wakes.clone(),
             }
             .run(token.clone()),
         );
@@ -136,7 +140,7 @@ impl App {
             "cluster figures",
             cluster_stats::run(self.pool.clone(), ownership.clone(), self.metrics.cluster.clone(), token.clone()),
         );
-        tasks.spawn("listener", listen_for_timers(self.pool.clone(), wake.clone(), token.clone()));
+        tasks.spawn("listener", listen(self.pool.clone(), wakes.clone(), token.clone()));
         tasks.spawn(
             "scan loop",
             scan_loop(
@@ -147,7 +151,7 @@ impl App {
                     metrics: self.metrics.clone(),
                     claimed_tx,
                 },
-                wake,
+                wakes,
                 token.clone(),
             ),
         );
@@ -203,9 +207,14 @@ fn readiness(pool: &PgPool, producer: &ReplaceableProducer, topic: &str, ownersh
         })
 }
 
-/// Wakes the scan loop when a timer needs planning. A lost connection is re-made by
-/// PgListener; meanwhile the scan interval keeps things moving.
-async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationToken) {
+/// The channel of timers written (a trigger on `timers`).
+const TIMERS_CHANNEL: &str = "punctual_timers";
+/// The channel of tasks made pending (a trigger on `tasks`).
+const TASKS_CHANNEL: &str = "punctual_tasks";
+
+/// Wakes the scan loop when a timer needs planning or a task was made pending. A lost
+/// connection is re-made by PgListener; meanwhile the scan loop's pace keeps things moving.
+async fn listen(pool: PgPool, wakes: Arc<Wakes>, token: CancellationToken) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
@@ -217,7 +226,7 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
                 }
             }
         };
-        if let Err(e) = listener.listen("punctual_timers").await {
+        if let Err(e) = listener.listen_all([TIMERS_CHANNEL, TASKS_CHANNEL]).await {
             tracing::warn!(error = %e, "LISTEN failed; retrying");
             continue;
         }
@@ -225,7 +234,8 @@ async fn listen_for_timers(pool: PgPool, wake: Arc<Notify>, token: CancellationT
             tokio::select! {
                 _ = token.cancelled() => return,
                 received = listener.recv() => match received {
-                    Ok(_) => wake.notify_one(),
+                    Ok(n) if n.channel() == TASKS_CHANNEL => wakes.pending.notify_one(),
+                    Ok(_) => wakes.now.notify_one(),
                     Err(e) => {
                         tracing::warn!(error = %e, "LISTEN connection lost");
                         break;
@@ -308,39 +318,54 @@ struct Scan {
     claimed_tx: mpsc::Sender<Vec<ClaimedTask>>,
 }
 
-/// Plans and claims, every scan interval or when woken.
-async fn scan_loop(scan: Scan, wake: Arc<Notify>, token: CancellationToken) {
+/// Plans and claims, every scan interval (less often while scans find nothing) or when
+/// woken.
+async fn scan_loop(scan: Scan, wakes: Arc<Wakes>, token: CancellationToken) {
     let Scan { config, ownership, pool, metrics, claimed_tx } = &scan;
     let planner = Planner {
         horizon: std::time::Duration::from_millis(config.plan_horizon_ms),
         misfire_threshold: std::time::Duration::from_millis(config.misfire_threshold_ms),
     };
     let new_pass = NewPassSize::default();
-    let mut interval = tokio::time::interval(config.scan_interval());
-    interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut pace = Pace::new(config.scan_interval(), config.scan_idle_interval());
     loop {
-        // Register for a wake-up before scanning, so a notification that arrives during
-        // the scan is not lost.
-        let notified = wake.notified();
+        // Register for wake-ups before scanning, so a notification that arrives during the
+        // scan is not lost.
+        let (now, pending) = (wakes.now.notified(), wakes.pending.notified());
+        let started = tokio::time::Instant::now();
+        let work_before = work_done(metrics);
         let timer = metrics.scan_seconds.start_timer();
         let scanned = scan_once(config, ownership, pool, metrics, &planner, &new_pass, claimed_tx).await;
         timer.observe_duration();
-        match scanned {
+        let found_work = match scanned {
             // More new timers than one pass takes (a bulk import): the next scan comes at
             // once, after this one has kept every other timer's plan and claims going.
             Ok(NewTimers::Left) if !token.is_cancelled() => continue,
-            Ok(_) => {}
+            // Claims paused at the most held: they go on as the wheel empties.
+            Ok(_) => work_done(metrics) != work_before || metrics.held.get() as usize >= config.max_held,
             Err(e) => {
                 metrics.scan_errors.inc();
                 tracing::warn!(error = %e, "scan failed; will retry");
+                true
             }
-        }
+        };
+        let wait = pace.after(found_work);
+        let backed_off = pace.backed_off();
         tokio::select! {
             _ = token.cancelled() => return,
-            _ = interval.tick() => {}
-            _ = notified => {}
+            _ = tokio::time::sleep_until(started + wait) => {}
+            _ = now => {}
+            _ = pending, if backed_off => {}
         }
     }
+}
+
+/// What scans have done so far: timers validated or planned, occurrences misfired, tasks
+/// claimed. A scan that changes none of it found nothing to do.
+fn work_done(metrics: &Metrics) -> u64 {
+    let misfired: u64 =
+        ["skip", "fire_once", "fire_all"].iter().map(|p| metrics.misfired.with_label_values(&[p]).get()).sum();
+    metrics.planned.get() + metrics.timers_invalid.get() + metrics.claimed.get() + misfired
 }
 
 /// Whether a scan left new timers to validate.
