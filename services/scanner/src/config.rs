@@ -26,7 +26,9 @@ pub struct ScannerConfig {
     /// How often the scanner plans and claims, when no notification wakes it earlier.
     #[arg(long, env = "PUNCTUAL_SCAN_INTERVAL_MS", default_value_t = 200)]
     pub scan_interval_ms: u64,
-    /// While scans find nothing to plan or claim, the interval doubles up to this. A timer
+    /// While scans find nothing to plan or claim, the interval doubles up to this (and to at
+    /// most half of what the lookahead leaves before the publish lead, and half the plan
+    /// horizon, so that what a scan claims or plans is still ahead of its time). A timer
     /// written, a task made pending (a retry, a deferral, a replay) and buckets acquired wake
     /// the scanner at once; what else it finds (a plan running out, a claim expiring, a
     /// misfire) it finds up to this late. Equal to `PUNCTUAL_SCAN_INTERVAL_MS`: no backoff.
@@ -98,8 +100,12 @@ impl ScannerConfig {
     pub fn scan_interval(&self) -> Duration {
         Duration::from_millis(self.scan_interval_ms)
     }
+    /// The longest wait between scans that find nothing: a scan further apart would claim
+    /// what it finds within the lookahead too late to publish it ahead of its time, or
+    /// plan too late. With the defaults, the setting's 2 s.
     pub fn scan_idle_interval(&self) -> Duration {
-        Duration::from_millis(self.scan_idle_interval_ms)
+        let ahead = self.lookahead_ms.saturating_sub(self.publish_lead_ms) / 2;
+        Duration::from_millis(self.scan_idle_interval_ms.min(ahead).min(self.plan_horizon_ms / 2))
     }
     pub fn lookahead(&self) -> Duration {
         Duration::from_millis(self.lookahead_ms)
@@ -178,6 +184,16 @@ mod tests {
         assert!(error.contains("PUNCTUAL_BUCKET_HEARTBEAT_MS"), "{error}");
         let error = parse(&["--scan-idle-interval-ms", "100"]).unwrap().check().unwrap_err();
         assert!(error.contains("PUNCTUAL_SCAN_IDLE_INTERVAL_MS"), "{error}");
+    }
+
+    #[test]
+    fn a_scan_after_idle_ones_comes_within_half_the_lookahead_and_half_the_horizon() {
+        let idle = |args: &[&str]| parse(args).unwrap().scan_idle_interval().as_millis();
+        assert_eq!(idle(&[]), 2_000);
+        // A lookahead of 1.5 s, publishing 200 ms ahead: a scan within 650 ms of the last.
+        assert_eq!(idle(&["--lookahead-ms", "1500", "--lease-ms", "4000"]), 650);
+        assert_eq!(idle(&["--plan-horizon-ms", "1000"]), 500);
+        assert_eq!(idle(&["--scan-idle-interval-ms", "60000"]), 5_000);
     }
 
     #[test]

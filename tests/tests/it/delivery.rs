@@ -23,18 +23,19 @@ fn attempt_header(c: &punctual_testkit::Call) -> String {
     c.headers["x-punctual-attempt"].to_str().unwrap().to_owned()
 }
 
-/// The scanner's longest wait between scans that find nothing: a minute, far beyond these
-/// tests' bounds (the default is 2 s).
-fn idle_scans_a_minute_apart() -> (&'static str, String) {
+/// The scanner's longest wait between scans that find nothing, as long as the other
+/// settings let it be (half the plan horizon: 5 s), beyond these tests' bounds (the
+/// default is 2 s).
+fn idle_scans_far_apart() -> (&'static str, String) {
     ("PUNCTUAL_SCAN_IDLE_INTERVAL_MS", "60000".to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_back_off_then_succeed_with_the_same_key() {
     let sink = Sink::start().await;
-    // A scanner that found nothing for a while waits up to a minute between scans: the
+    // A scanner that found nothing for a while waits up to 5 s between scans: the
     // retries come on time only because a task made pending wakes it.
-    let stack = Stack::start(&[idle_scans_a_minute_apart()]).await;
+    let stack = Stack::start(&[idle_scans_far_apart()]).await;
     sink.behave("/flaky", Behaviour::fail_first(2, 503));
     let id = one_shot(&stack, &sink, "/flaky", json!({"max_attempts": 4, "initial_ms": 600, "multiplier": 2.0})).await;
 
