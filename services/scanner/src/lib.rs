@@ -363,8 +363,7 @@ async fn scan_loop(scan: Scan, wakes: Arc<Wakes>, token: CancellationToken) {
 /// What scans have done so far: timers validated or planned, occurrences misfired, tasks
 /// claimed. A scan that changes none of it found nothing to do.
 fn work_done(metrics: &Metrics) -> u64 {
-    let misfired: u64 =
-        ["skip", "fire_once", "fire_all"].iter().map(|p| metrics.misfired.with_label_values(&[p]).get()).sum();
+    let misfired: u64 = metrics::MISFIRE_POLICIES.iter().map(|p| metrics.misfired.with_label_values(&[p]).get()).sum();
     metrics.planned.get() + metrics.timers_invalid.get() + metrics.claimed.get() + misfired
 }
 

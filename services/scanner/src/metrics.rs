@@ -3,6 +3,9 @@
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use punctual_runtime::metric_registrar::{with_values, MetricRegistrar};
 
+/// The labels of `punctual_tasks_misfired_total`: the misfire policies.
+pub const MISFIRE_POLICIES: [&str; 3] = ["skip", "fire_once", "fire_all"];
+
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
@@ -75,7 +78,7 @@ impl Metrics {
                 "Late occurrences cancelled by their timers' misfire policies",
                 &["policy"],
             ),
-            &["skip", "fire_once", "fire_all"],
+            &MISFIRE_POLICIES,
         );
         let cluster = ClusterGauges {
             due_backlog: define.gauge(
