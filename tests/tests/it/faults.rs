@@ -293,7 +293,14 @@ async fn callback_target_down_for_a_while_is_retried_until_it_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_scanner_loses_its_claims_and_does_not_publish_them_when_thawed() {
     let sink = Sink::start().await;
-    let stack = Stack::start(&fast_recovery()).await;
+    // The load's occurrences fall on whole seconds and the lookahead is 1.5 s, so a scan
+    // finds a second's claims only once a second; backed off between them (650 ms at most
+    // here), the scanner claims the next second up to 0.35 s after it published the last,
+    // and a freeze in that gap finds it holding nothing. Scans every 200 ms keep claims in
+    // its wheel at every moment, which is what this test freezes.
+    let mut env = fast_recovery();
+    env.push(("PUNCTUAL_SCAN_IDLE_INTERVAL_MS", "200".into()));
+    let stack = Stack::start(&env).await;
     let load = Load::start(&stack, &sink, TIMERS, SECONDS).await;
     until(&load, 4).await;
     // Frozen holding its claims for the next lookahead, and well past its lease (4 s):
