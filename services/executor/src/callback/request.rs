@@ -74,7 +74,7 @@ pub async fn call(caller: &Caller, task: &StartedTask) -> Attempt {
         Err((_, retryable)) => *retryable,
     };
     turn.end(ended, took, strained);
-    namespace_turns.record(took.as_micros().min(u128::from(u64::MAX)) as u64);
+    namespace_turns.record(ended, took.as_micros().min(u128::from(u64::MAX)) as u64);
     let attempt = match answer {
         Ok((status, excerpt, retry_after)) => Attempt::from_status(status, excerpt, retry_after, took),
         Err((error, retryable)) => Attempt::failed(error, retryable, took),

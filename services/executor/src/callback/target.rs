@@ -123,7 +123,7 @@ impl Target {
         } else {
             self.shortest_us.fetch_min(took_us, Ordering::Relaxed).min(took_us)
         };
-        let mean_us = self.turns.record(took_us);
+        let mean_us = self.turns.record(ended, took_us);
         let limit = self.turns.limit();
         let needed = self.needed(shortest_us);
         let change = if strained {
