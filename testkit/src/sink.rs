@@ -78,16 +78,40 @@ impl Sink {
     }
 
     pub async fn start_on(addr: SocketAddr) -> Sink {
+        Self::try_start_on(addr).await.expect("bind sink")
+    }
+
+    /// A sink at each of `ips`, all on one port (the instances behind one DNS name). A port
+    /// free on the first address may be another process's on another: then another port.
+    pub async fn start_on_each(ips: &[std::net::IpAddr]) -> Vec<Sink> {
+        let (first_ip, others) = ips.split_first().expect("at least one address");
+        for _ in 0..20 {
+            let first = Self::start_on(SocketAddr::new(*first_ip, 0)).await;
+            let mut sinks = vec![first];
+            for ip in others {
+                match Self::try_start_on(SocketAddr::new(*ip, sinks[0].addr.port())).await {
+                    Ok(sink) => sinks.push(sink),
+                    Err(_) => break,
+                }
+            }
+            if sinks.len() == ips.len() {
+                return sinks;
+            }
+        }
+        panic!("no port free on all of {ips:?} in 20 tries");
+    }
+
+    async fn try_start_on(addr: SocketAddr) -> std::io::Result<Sink> {
         let shared = Shared::default();
         let router = Router::new().fallback(record).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind sink");
-        let addr = listener.local_addr().expect("sink address");
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
         let token = CancellationToken::new();
         let stop = token.clone();
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         });
-        Sink { addr, shared, token, server: Some(server) }
+        Ok(Sink { addr, shared, token, server: Some(server) })
     }
 
     /// Stops the sink and returns every call it received. Waits until the server has

@@ -231,12 +231,9 @@ async fn a_dead_shard_makes_the_occurrence_dead_and_its_replay_reruns_only_it() 
 /// own key and naming its address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dns_broadcast_reaches_each_address_once_an_occurrence() {
-    let first = Sink::start_on("127.0.0.2:0".parse().unwrap()).await;
-    let port = first.addr.port();
-    let mut instances = vec![first];
-    for ip in ["127.0.0.3", "127.0.0.4"] {
-        instances.push(Sink::start_on(format!("{ip}:{port}").parse().unwrap()).await);
-    }
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4"].map(|ip| ip.parse().unwrap());
+    let instances = Sink::start_on_each(&ips).await;
+    let port = instances[0].addr.port();
     let stack =
         Stack::start(&[("PUNCTUAL_HOST_ADDRESSES", "instances.test=127.0.0.2,127.0.0.3,127.0.0.4".into())]).await;
     let start = (Utc::now() + chrono::Duration::seconds(2)).trunc_subsecs(0);
