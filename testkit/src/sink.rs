@@ -81,22 +81,21 @@ impl Sink {
         Self::try_start_on(addr).await.expect("bind sink")
     }
 
-    /// A sink at each of `ips`, all on one port (the instances behind one DNS name). A port
-    /// free on the first address may be another process's on another: then another port.
+    /// A sink at each of `ips`, in that order, all on one port (the instances behind one
+    /// DNS name). A port free on the first address may be another process's on another:
+    /// then another port.
     pub async fn start_on_each(ips: &[std::net::IpAddr]) -> Vec<Sink> {
         let (first_ip, others) = ips.split_first().expect("at least one address");
-        for _ in 0..20 {
-            let first = Self::start_on(SocketAddr::new(*first_ip, 0)).await;
-            let mut sinks = vec![first];
+        'ports: for _ in 0..20 {
+            let mut sinks = vec![Self::start_on(SocketAddr::new(*first_ip, 0)).await];
             for ip in others {
                 match Self::try_start_on(SocketAddr::new(*ip, sinks[0].addr.port())).await {
                     Ok(sink) => sinks.push(sink),
-                    Err(_) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue 'ports,
+                    Err(e) => panic!("bind sink on {ip}: {e}"),
                 }
             }
-            if sinks.len() == ips.len() {
-                return sinks;
-            }
+            return sinks;
         }
         panic!("no port free on all of {ips:?} in 20 tries");
     }

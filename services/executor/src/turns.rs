@@ -134,12 +134,9 @@ impl Turns {
         let every_us = self.ended_every_us.load(Ordering::Relaxed);
         let fresh = self.micros_at(now).saturating_sub(self.window_us.load(Ordering::Relaxed))
             < 2 * PACE_WINDOW.as_micros() as u64;
-        match (by_mean, every_us > 0 && fresh) {
-            (0, false) => 0,
-            (0, true) => every_us,
-            (by_mean, false) => by_mean,
-            (by_mean, true) => by_mean.min(every_us),
-        }
+        let by_ends = if fresh { every_us } else { 0 };
+        // 0 is "not known": the smaller of those known.
+        [by_mean, by_ends].into_iter().filter(|us| *us > 0).min().unwrap_or(0)
     }
 
     /// How long a call that starts waiting at `now` should wait for its turn, from the

@@ -422,9 +422,9 @@ fn retry_after_in_seconds_or_as_a_date() {
 /// there, whatever else the name resolves to, and the guard still judges that address.
 #[tokio::test]
 async fn a_broadcasts_shard_is_called_at_its_own_address() {
-    let mut sinks =
+    let sinks =
         punctual_testkit::Sink::start_on_each(&["127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap()]).await;
-    let (first, second) = (sinks.pop().unwrap(), sinks.pop().unwrap());
+    let Ok([second, first]) = <[_; 2]>::try_from(sinks) else { unreachable!("a sink per address") };
     let port = second.addr.port();
     let hosts: crate::host_addresses::HostAddresses =
         "instances.test=127.0.0.2,127.0.0.1,127.0.0.2,10.9.9.9".parse().unwrap();
