@@ -34,9 +34,12 @@ KAFKA_LIB="$CACHE_DIR/kafka-$KAFKA_VERSION/lib"
 JAVA=${JAVA:-java}
 # Each node's heap; several brokers may run at once in the tests.
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
-# As Kafka's bin/kafka-run-class.sh, less JMX and GC logging.
+# As Kafka's bin/kafka-run-class.sh, less JMX and GC logging, and the JVM's quick compiler
+# only (TieredStopAtLevel=1): on a small machine the optimising one spent the broker's first
+# minutes compiling, a quarter of an idle broker's CPU, and the quick one's code costs no
+# more a fire (docs/BENCHMARKS.md, "Idle"). Production brokers: docs/operations.md, "Kafka".
 KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:-"-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
--XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true"}
+-XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -XX:TieredStopAtLevel=1 -Djava.awt.headless=true"}
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 
