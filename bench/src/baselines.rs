@@ -294,9 +294,9 @@ pub struct BrokerBaseline {
     pub produce_consume_per_s: f64,
 }
 
-/// Raw broker throughput with the scanner's producer settings (idempotent, acks=all,
-/// linger 1 ms) and a consumer like the executor's, on a topic of its own: messages of a
-/// task message's size, keyed like tasks.
+/// Raw broker throughput with the scanner's producer settings for tasks sent on time
+/// (idempotent, acks=all, the linger of the default lead) and a consumer like the
+/// executor's, on a topic of its own: messages of a task message's size, keyed like tasks.
 pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Result<BrokerBaseline> {
     let topic = format!("punctual.bench.{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let cfg = KafkaConfig {
@@ -307,7 +307,8 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         kafka_options: Default::default(),
     };
     punctual_runtime::kafka::ensure_topic(&cfg, &topic, partitions).await?;
-    let producer = punctual_scanner::publisher::producer(&cfg)?;
+    let linger = punctual_scanner::publisher::on_time_linger(std::time::Duration::from_millis(200));
+    let producer = punctual_scanner::publisher::producer(&cfg, linger)?;
     let consumer: StreamConsumer = punctual_runtime::kafka::client_config(
         &cfg,
         &[

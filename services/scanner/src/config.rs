@@ -49,12 +49,12 @@ pub struct ScannerConfig {
     pub lookahead_ms: u64,
     /// Tasks are published this long before they are due, so that the message's way to an
     /// executor, and the executor's start, are over when the task is due; the executor holds
-    /// it until then. The lag this hides is the producer's linger (50 ms), the broker, the
-    /// consumer's fetch (which may wait 50 ms for data) and the start statement (tens of
-    /// milliseconds, more under load). A timer paused or changed within this long before an
-    /// occurrence may still fire it. At most 10,000 (an executor runs nothing published
-    /// earlier) and half the lookahead; below about 100 ms, set a shorter `linger.ms` in
-    /// `PUNCTUAL_KAFKA_OPTIONS`.
+    /// it until then. The lag this hides is the producer's batching (half the lead, at most
+    /// 100 ms), the broker, the consumer's fetch and the start statement (tens of
+    /// milliseconds, more under load); a task sent later than its lead (a timer triggered
+    /// now, a replay) goes by a producer that batches for 5 ms at most. A timer paused or
+    /// changed within this long before an occurrence may still fire it. At most 10,000 (an
+    /// executor runs nothing published earlier) and half the lookahead.
     #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 200)]
     pub publish_lead_ms: u64,
     /// A claim expires this long after its task is due (after the claim, for a task claimed

@@ -55,12 +55,13 @@ use metrics::Metrics;
 use new_pass::NewPassSize;
 use pace::{Pace, Wakes};
 use planner::Planner;
+use publisher::Producers;
 
 pub struct App {
     config: ScannerConfig,
     owner: String,
     pool: PgPool,
-    producer: ReplaceableProducer,
+    producers: Producers,
     partitions: i32,
     metrics: Metrics,
     listener: TcpListener,
@@ -78,16 +79,15 @@ impl App {
         let partitions = kafka::ensure_tasks_topic(&config.kafka)
             .await
             .map_err(|error| ScannerError::Topic { topic: config.kafka.tasks_topic.clone(), error })?;
-        let kafka_config = config.kafka.clone();
-        let producer =
-            ReplaceableProducer::new(move || publisher::producer(&kafka_config)).map_err(ScannerError::Producer)?;
+        let producers = Producers::new(&config.kafka, std::time::Duration::from_millis(config.publish_lead_ms))
+            .map_err(ScannerError::Producer)?;
         let (listener, addr) =
             ops::bind(config.addr).await.map_err(|error| ScannerError::Bind { addr: config.addr, error })?;
         let owner = config.scanner_id.clone().unwrap_or_else(|| format!("{}:{}", ops::host_name(), addr.port()));
         tracing::info!(%owner, %addr, partitions, topic = %config.kafka.tasks_topic, "scanner ready");
         let metrics = Metrics::new();
         punctual_runtime::service_metrics::register(&metrics.registry, "scanner", &pool);
-        Ok(Self { config, owner, pool, producer, partitions, metrics, listener, addr })
+        Ok(Self { config, owner, pool, producers, partitions, metrics, listener, addr })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -163,7 +163,7 @@ impl App {
             "wheel driver",
             publisher::drive_wheel(
                 publisher::Publisher {
-                    producer: self.producer.clone(),
+                    producers: self.producers.clone(),
                     topic_missing,
                     topic: self.config.kafka.tasks_topic.clone(),
                     partitions: self.partitions,
@@ -176,7 +176,8 @@ impl App {
             ),
         );
 
-        let readiness = readiness(&self.pool, &self.producer, &self.config.kafka.tasks_topic, ownership.clone());
+        let readiness =
+            readiness(&self.pool, &self.producers.on_time, &self.config.kafka.tasks_topic, ownership.clone());
         let served =
             ops::serve(self.listener, ops::router(self.metrics.registry.clone(), readiness), token.clone()).await;
         token.cancel();

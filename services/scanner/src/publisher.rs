@@ -23,20 +23,47 @@ use crate::leases::Ownership;
 use crate::metrics::Metrics;
 use punctual_wheel::TimingWheel;
 
+/// The two producers of a scanner: one for tasks sent at their publish time, whose lead
+/// hides a long linger, and one for tasks sent later than that (a timer triggered now, a
+/// replay, a backlog), which must not wait for a batch.
+#[derive(Clone)]
+pub struct Producers {
+    pub on_time: ReplaceableProducer,
+    pub late: ReplaceableProducer,
+}
+
+impl Producers {
+    pub fn new(cfg: &KafkaConfig, lead: Duration) -> Result<Producers, KafkaError> {
+        let (on_time_cfg, late_cfg) = (cfg.clone(), cfg.clone());
+        let on_time_linger = on_time_linger(lead);
+        Ok(Producers {
+            on_time: ReplaceableProducer::new(move || producer(&on_time_cfg, on_time_linger))?,
+            late: ReplaceableProducer::new(move || producer(&late_cfg, LATE_LINGER))?,
+        })
+    }
+}
+
+/// The most a task sent at its publish time waits for its batch. Per request, the
+/// producer's broker thread spins through the last millisecond before each batch is due (it
+/// rounds the wait down), and the broker and the consumers pay per request: the longer the
+/// linger, the fewer requests at a given rate (docs/BENCHMARKS.md, "Levers for a cheaper
+/// fire"). Half the lead, so that the rest of the way still fits in it.
+const MAX_ON_TIME_LINGER: Duration = Duration::from_millis(100);
+/// Batches a burst of late tasks without delaying one alone by more than this.
+const LATE_LINGER: Duration = Duration::from_millis(5);
+
+pub fn on_time_linger(lead: Duration) -> Duration {
+    MAX_ON_TIME_LINGER.min(lead / 2)
+}
+
 /// An idempotent producer: a retried send never duplicates a message in the log.
-pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::KafkaError> {
+pub fn producer(cfg: &KafkaConfig, linger: Duration) -> Result<kafka::Producer, KafkaError> {
     kafka::Producer::create(&kafka::client_config(
         cfg,
         &[
             ("enable.idempotence", "true"),
             ("acks", "all"),
-            // Batches 50 ms of due tasks per partition and request, a time the publish lead
-            // hides. Per request, the producer's broker thread spins through the last
-            // millisecond before each batch is due (it rounds the wait down), and the broker
-            // and the consumers pay per request. With 5 ms the scanner used 34 µs a fire and
-            // the broker 25 at 10,000/s; with 50 ms, 12 and 5 at 12,000/s (docs/bench/history.md,
-            // item 11).
-            ("linger.ms", "50"),
+            ("linger.ms", &linger.as_millis().to_string()),
             ("queue.buffering.max.messages", "2000000"),
             // Long enough to ride out a broker restart. Tied to the lease (4 s in the fault
             // tests) instead, the producer timed out and was replaced during a 2 s restart of
@@ -48,8 +75,9 @@ pub fn producer(cfg: &KafkaConfig) -> Result<kafka::Producer, rdkafka::error::Ka
 }
 
 pub struct Publisher {
-    /// Replaced when it cannot go on (e.g. the broker forgot its id after losing its state).
-    pub producer: ReplaceableProducer,
+    /// Each replaced when it cannot go on (e.g. the broker forgot its id after losing its
+    /// state).
+    pub producers: Producers,
     /// Set when the broker says the topic does not exist (it lost it): the topic keeper
     /// creates it again.
     pub topic_missing: Arc<AtomicBool>,
@@ -68,9 +96,25 @@ impl Publisher {
         t.due_at - self.lead
     }
 
-    /// Where the failures of sends by the producer of `generation` are noted.
-    fn failure_note(&self, generation: Generation) -> FailureNote {
-        FailureNote { topic_missing: self.topic_missing.clone(), producer: self.producer.clone(), generation }
+    /// Sends the tasks due for publishing, each by the producer its time left calls for, and
+    /// awaits their deliveries on `deliveries`.
+    fn publish(&self, due: Vec<ClaimedTask>, deliveries: &TaskTracker) {
+        let now = Utc::now();
+        let (on_time, late): (Vec<_>, Vec<_>) =
+            due.into_iter().partition(|t| sent_on_time(self.publish_at(t), self.lead, now));
+        for (tasks, producer) in [(on_time, &self.producers.on_time), (late, &self.producers.late)] {
+            if tasks.is_empty() {
+                continue;
+            }
+            let mut pending = Vec::with_capacity(tasks.len());
+            let generation = self.send(producer, tasks, &mut pending);
+            deliveries.spawn(await_deliveries(pending, self.metrics.clone(), self.failure_note(producer, generation)));
+        }
+    }
+
+    /// Where the failures of sends by `producer` at `generation` are noted.
+    fn failure_note(&self, producer: &ReplaceableProducer, generation: Generation) -> FailureNote {
+        FailureNote { topic_missing: self.topic_missing.clone(), producer: producer.clone(), generation }
     }
 
     /// Sends the tasks, adding their deliveries to `pending`; returns the generation of the
@@ -79,9 +123,9 @@ impl Publisher {
     /// the task's epoch: another scanner may own it now (a scanner frozen past its lease
     /// must not publish what it no longer holds; should it, the executor refuses the
     /// message's epoch).
-    fn send(&self, tasks: Vec<ClaimedTask>, pending: &mut Vec<Pending>) -> Generation {
+    fn send(&self, by: &ReplaceableProducer, tasks: Vec<ClaimedTask>, pending: &mut Vec<Pending>) -> Generation {
         let now = Utc::now();
-        let (generation, producer) = self.producer.get();
+        let (generation, producer) = by.get();
         for t in tasks {
             if t.lease_until <= now || !self.ownership.holds(t.bucket, t.epoch) {
                 self.metrics.fenced.inc();
@@ -117,7 +161,7 @@ impl Publisher {
                 }
                 Err((e, _)) => {
                     // Left claimed: when the lease expires the task is claimed and sent again.
-                    self.failure_note(generation).note(&e);
+                    self.failure_note(by, generation).note(&e);
                     self.metrics.publish_errors.inc();
                     tracing::warn!(
                         task_id = t.id, timer_id = %t.timer_id, scheduled_at = %t.scheduled_at, attempt = t.attempt,
@@ -128,6 +172,14 @@ impl Publisher {
         }
         generation
     }
+}
+
+/// Whether a task whose publish time is `publish_at`, sent `now`, is on time: within a
+/// quarter of the lead after that time (the wheel hands tasks over a millisecond or so after
+/// it, more when it is busy), the lingering producer's batch, at most half the lead, still
+/// leaves a quarter of it for the broker, the fetch and the start.
+fn sent_on_time(publish_at: chrono::DateTime<Utc>, lead: chrono::Duration, now: chrono::DateTime<Utc>) -> bool {
+    now <= publish_at + lead / 4
 }
 
 /// The longest the wheel driver sleeps.
@@ -167,10 +219,7 @@ pub async fn drive_wheel(
         }
         publisher.metrics.held.set(wheel.len() as i64);
         if !due.is_empty() {
-            let mut pending = Vec::with_capacity(due.len());
-            let generation = publisher.send(std::mem::take(&mut due), &mut pending);
-            let metrics = publisher.metrics.clone();
-            deliveries.spawn(await_deliveries(pending, metrics, publisher.failure_note(generation)));
+            publisher.publish(std::mem::take(&mut due), &deliveries);
         }
     }
     deliveries.close();
@@ -218,5 +267,31 @@ async fn await_deliveries(pending: Vec<Pending>, metrics: Metrics, failures: Fai
                 tracing::warn!(task_id = id, "delivery cancelled; the task will be re-claimed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_handed_over_at_its_publish_time_lingers_and_a_late_one_does_not() {
+        let (publish_at, lead) = (Utc::now(), chrono::Duration::milliseconds(200));
+        let ms = chrono::Duration::milliseconds;
+        assert!(sent_on_time(publish_at, lead, publish_at));
+        assert!(sent_on_time(publish_at, lead, publish_at + ms(2)));
+        assert!(sent_on_time(publish_at, lead, publish_at + ms(50)));
+        // Claimed after its publish time (a timer triggered now, a replay, a backlog).
+        assert!(!sent_on_time(publish_at, lead, publish_at + ms(51)));
+        assert!(!sent_on_time(publish_at, lead, publish_at + ms(190)));
+        assert!(!sent_on_time(publish_at, lead, publish_at + chrono::Duration::seconds(30)));
+    }
+
+    #[test]
+    fn the_on_time_linger_is_half_the_lead_and_at_most_100_ms() {
+        assert_eq!(on_time_linger(Duration::from_millis(200)), Duration::from_millis(100));
+        assert_eq!(on_time_linger(Duration::from_secs(10)), Duration::from_millis(100));
+        assert_eq!(on_time_linger(Duration::from_millis(50)), Duration::from_millis(25));
+        assert!(LATE_LINGER < on_time_linger(Duration::from_millis(20)));
     }
 }
