@@ -28,8 +28,10 @@ pub(crate) struct Finished {
 pub(crate) const OUTCOME_BATCH: usize = 1_000;
 
 /// How long the write-back waits for more outcomes before writing what it has, when it has
-/// fewer than [`OUTCOME_GATHER_ENOUGH`].
-pub(crate) const OUTCOME_GATHER: Duration = Duration::from_millis(10);
+/// fewer than [`OUTCOME_GATHER_ENOUGH`]. Each statement is a commit: at low rates, the
+/// longer the wait, the fewer (docs/BENCHMARKS.md, "Levers for a cheaper fire"). The wait
+/// delays only the outcome's row and its message's offset, not the call.
+pub(crate) const OUTCOME_GATHER: Duration = Duration::from_millis(50);
 
 pub(crate) const OUTCOME_GATHER_ENOUGH: usize = 64;
 
@@ -55,8 +57,7 @@ pub(crate) async fn write_back(
     let mut batch = Vec::with_capacity(OUTCOME_BATCH);
     while finished_rx.recv_many(&mut batch, OUTCOME_BATCH).await > 0 {
         // Calls run at their due times, so at low rates their outcomes come one by one:
-        // gathering a few milliseconds' worth makes one statement and one commit of many
-        // (measured at 1,000 fires/s: 26,444 statements for 30,000 outcomes without it).
+        // gathering some milliseconds' worth makes one statement and one commit of many.
         // Under load the outcomes that came during the last write are a batch already, and
         // waiting for more only holds their slots longer (gathering up to 1,000 every time,
         // three runs of three at 12,000 offered fell to 6,460-7,831 fires/s; with this
