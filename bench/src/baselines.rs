@@ -307,7 +307,8 @@ pub async fn broker(brokers: &str, messages: u64, partitions: i32) -> anyhow::Re
         kafka_options: Default::default(),
     };
     punctual_runtime::kafka::ensure_topic(&cfg, &topic, partitions).await?;
-    let linger = punctual_scanner::publisher::on_time_linger(std::time::Duration::from_millis(200));
+    let lead = std::time::Duration::from_millis(punctual_scanner::config::DEFAULT_PUBLISH_LEAD_MS);
+    let linger = punctual_scanner::publisher::on_time_linger(lead);
     let producer = punctual_scanner::publisher::producer(&cfg, linger)?;
     let consumer: StreamConsumer = punctual_runtime::kafka::client_config(
         &cfg,

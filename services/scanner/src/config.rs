@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use punctual_shared::config::{DatabaseConfig, KafkaConfig};
 
+/// `PUNCTUAL_PUBLISH_LEAD_MS` unless set (the bench's broker baseline uses its producer).
+pub const DEFAULT_PUBLISH_LEAD_MS: u64 = 200;
+
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "punctual-scanner",
@@ -55,7 +58,7 @@ pub struct ScannerConfig {
     /// now, a replay) goes by a producer that batches for 5 ms at most. A timer paused or
     /// changed within this long before an occurrence may still fire it. At most 10,000 (an
     /// executor runs nothing published earlier) and half the lookahead.
-    #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = 200)]
+    #[arg(long, env = "PUNCTUAL_PUBLISH_LEAD_MS", default_value_t = DEFAULT_PUBLISH_LEAD_MS)]
     pub publish_lead_ms: u64,
     /// A claim expires this long after its task is due (after the claim, for a task claimed
     /// when already due), unless its task has started; the task is then claimed and published

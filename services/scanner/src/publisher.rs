@@ -107,7 +107,7 @@ impl Publisher {
                 continue;
             }
             let mut pending = Vec::with_capacity(tasks.len());
-            let generation = self.send(producer, tasks, &mut pending);
+            let generation = self.send(producer, tasks, now, &mut pending);
             deliveries.spawn(await_deliveries(pending, self.metrics.clone(), self.failure_note(producer, generation)));
         }
     }
@@ -117,14 +117,19 @@ impl Publisher {
         FailureNote { topic_missing: self.topic_missing.clone(), producer: producer.clone(), generation }
     }
 
-    /// Sends the tasks, adding their deliveries to `pending`; returns the generation of the
-    /// producer that sent them, to report their failures with. A task whose claim has expired
-    /// is dropped, not sent, and so is a task whose bucket this scanner no longer holds at
+    /// Sends the tasks by `by`, adding their deliveries to `pending`; returns the generation
+    /// of the producer that sent them, to report their failures with. A task whose claim has
+    /// expired by `now` is dropped, not sent, and so is a task whose bucket this scanner no longer holds at
     /// the task's epoch: another scanner may own it now (a scanner frozen past its lease
     /// must not publish what it no longer holds; should it, the executor refuses the
     /// message's epoch).
-    fn send(&self, by: &ReplaceableProducer, tasks: Vec<ClaimedTask>, pending: &mut Vec<Pending>) -> Generation {
-        let now = Utc::now();
+    fn send(
+        &self,
+        by: &ReplaceableProducer,
+        tasks: Vec<ClaimedTask>,
+        now: chrono::DateTime<Utc>,
+        pending: &mut Vec<Pending>,
+    ) -> Generation {
         let (generation, producer) = by.get();
         for t in tasks {
             if t.lease_until <= now || !self.ownership.holds(t.bucket, t.epoch) {
