@@ -29,7 +29,7 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     /// With Punctual's schema.
-    async fn create(server: &str) -> anyhow::Result<Self> {
+    pub async fn create(server: &str) -> anyhow::Result<Self> {
         let scratch = Self::empty(server).await?;
         punctual_shared::db::MIGRATOR.run(&scratch.pool).await?;
         Ok(scratch)

@@ -162,7 +162,7 @@ impl Env {
         self.postmaster_pid().map_or(0.0, |pm| of(pm) + children(pm).into_iter().map(of).sum::<f64>())
     }
 
-    fn broker_pid(&self) -> Option<u32> {
+    pub fn broker_pid(&self) -> Option<u32> {
         let broker = self.broker.as_ref()?;
         std::fs::read_to_string(broker.dir.join("broker.pid")).ok()?.trim().parse().ok()
     }

@@ -9,6 +9,7 @@
 mod baselines;
 mod env;
 mod fan_out;
+mod floor;
 mod idle;
 mod measure;
 mod neighbors;
@@ -227,6 +228,21 @@ enum Command {
         #[command(flatten)]
         servers: Servers,
     },
+    /// What a fire's parts cost alone, each at a paced rate: an HTTP call, a task message
+    /// through the broker, a fire's rows in Postgres (today's and written once).
+    Floor {
+        /// Fires a second of each part.
+        #[arg(long, default_value_t = 20_000)]
+        rate: u32,
+        /// Seconds of each part before the measured ones.
+        #[arg(long, default_value_t = 10)]
+        warmup: u32,
+        /// Seconds measured of each part.
+        #[arg(long, default_value_t = 20)]
+        duration: u32,
+        #[command(flatten)]
+        servers: Servers,
+    },
     /// Raw produce and consume throughput of the broker with Punctual's client settings.
     BrokerBaseline {
         #[arg(long, default_value_t = 1_000_000)]
@@ -325,6 +341,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::TimerList { timers, requests, servers } => {
             timer_list::timer_list(&servers.start(), timers, requests).await.map(drop)
+        }
+        Command::Floor { rate, warmup, duration, servers } => {
+            floor::run(&servers.start(), rate, warmup, duration).await.map(drop)
         }
         Command::BrokerBaseline { messages, partitions, servers } => {
             baselines::broker(&servers.start().brokers, messages, partitions).await.map(drop)

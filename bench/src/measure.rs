@@ -109,6 +109,26 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// CPU time (user + system) used so far by this process's threads named `name`, in seconds.
+pub fn thread_cpu_seconds(name: &str) -> f64 {
+    let Ok(threads) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let ticks: u64 = threads
+        .filter_map(|t| {
+            let path = t.ok()?.path();
+            let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+            if comm.trim_end() != name {
+                return None;
+            }
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum();
+    ticks as f64 / 100.0
+}
+
 /// The processes whose parent is `parent` (a Postgres server's backends).
 pub fn children(parent: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
