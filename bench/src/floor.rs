@@ -23,6 +23,7 @@ use punctual_shared::config::KafkaConfig;
 use punctual_shared::task::{self, ActionCache, Next, Outcome, StartRequest, TaskMessage};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
+use serde::Serialize;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
@@ -35,12 +36,13 @@ use crate::sink::LagSink;
 const CALLS_AT_ONCE: usize = 16;
 /// Fires a statement of the Postgres part: the write-back's batch at 10,000/s.
 const ROWS_A_STATEMENT: usize = 67;
-/// Occurrences a statement of the planner inserts at such rates (a pass of 2,000 timers).
-const PLANNED_A_STATEMENT: usize = 30 * ROWS_A_STATEMENT;
+/// Batches a statement of the planner inserts at 20,000/s (a pass of 2,000 timers); fewer at
+/// lower rates, so that a short run at a low rate finishes some.
+const MOST_BATCHES_PLANNED: usize = 30;
 /// Timers the Postgres part's occurrences belong to.
 const TIMERS: usize = 1_000;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Part {
     pub name: &'static str,
     /// Fires (calls, messages, rows) done per second while measured.
@@ -50,19 +52,18 @@ pub struct Part {
 }
 
 impl Part {
-    fn total_us(&self) -> f64 {
+    pub fn total_us(&self) -> f64 {
         self.cpu_us.iter().map(|(_, us)| us).sum()
     }
 
-    fn print(&self) {
+    /// One line: the part, its rate, and its CPU by process.
+    pub fn line(&self) -> String {
         let parts: Vec<String> = self.cpu_us.iter().map(|(who, us)| format!("{who} {us:.1}")).collect();
-        println!(
-            "floor: {} at {:.0}/s: {} = {:.1} µs of CPU a fire",
-            self.name,
-            self.per_s,
-            parts.join(" + "),
-            self.total_us()
-        );
+        format!("{} at {:.0}/s: {} = {:.1} µs of CPU a fire", self.name, self.per_s, parts.join(" + "), self.total_us())
+    }
+
+    fn print(&self) {
+        println!("floor: {}", self.line());
     }
 }
 
@@ -344,6 +345,8 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
         // Today's occurrences are planned in large passes, and started and finished in the
         // write-back's batches a second after.
         let behind = (pace.rate as usize / ROWS_A_STATEMENT).max(1);
+        let planned_a_statement =
+            (pace.rate as usize).div_ceil(10 * ROWS_A_STATEMENT).clamp(1, MOST_BATCHES_PLANNED) * ROWS_A_STATEMENT;
         let mut planned = Vec::new();
         let mut inserted: std::collections::VecDeque<Vec<i64>> = Default::default();
         let mut ticker = Ticker::new(*pace, ROWS_A_STATEMENT);
@@ -358,7 +361,7 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
                     match layout {
                         Layout::Today | Layout::Inserted | Layout::InsertedAndFinished => {
                             planned.extend(occurrences);
-                            if planned.len() >= PLANNED_A_STATEMENT {
+                            if planned.len() >= planned_a_statement {
                                 let ids = insert_claimed(&pool, &std::mem::take(&mut planned)).await?;
                                 inserted.extend(ids.chunks(ROWS_A_STATEMENT).map(<[i64]>::to_vec));
                             }

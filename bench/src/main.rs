@@ -502,6 +502,8 @@ async fn run(
     results.neighbors = Some(neighbors::neighbors(&servers.clone().start(), sizes).await?);
     let (timers, shards, seconds) = if smoke { (10, 10, 5) } else { (100, 100, 30) };
     results.fan_out = Some(fan_out::fan_out(&servers.clone().start(), timers, shards, seconds).await?);
+    let (rate, warmup, duration) = if smoke { (200, 1, 3) } else { (20_000, 10, 20) };
+    results.floor = floor::run(&servers.clone().start(), rate, warmup, duration).await?;
     results.idle = Some(idle::idle(&servers.clone().start(), 15, if smoke { 10 } else { 60 }).await?);
     results.claim_baseline =
         Some(baselines::claim(&servers.clone().start().database_server, claim_rows, CLAIM_BATCH).await?);

@@ -31,6 +31,8 @@ pub struct Results {
     /// The peer at the sustained rates, up to the first it did not sustain.
     pub peer: Vec<crate::peer::PeerResult>,
     pub idle: Option<crate::idle::IdleResult>,
+    /// A fire's parts alone, each at a paced rate.
+    pub floor: Vec<crate::floor::Part>,
 }
 
 /// What the harness ran on: CPU model and count, memory, kernel.
@@ -221,7 +223,7 @@ impl Results {
 
     /// The table a run opens with: each offered rate, what Punctual did (rate, lag, CPU a
     /// fire by component, row writes a fire) next to the claim baseline measured beside it
-    /// and next to the peer at the same rate; then the idle stack.
+    /// and next to the peer at the same rate; then the idle stack, and a fire's parts alone.
     fn headline(&self) -> String {
         let mut md = String::new();
         if self.sustained.is_empty() {
@@ -290,6 +292,15 @@ impl Results {
         );
         if let Some(idle) = &self.idle {
             let _ = writeln!(md, "{}", idle.markdown());
+        }
+        if !self.floor.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nA fire's parts alone, each at a paced rate with nothing else running (µs of CPU a fire):\n"
+            );
+            for part in &self.floor {
+                let _ = writeln!(md, "- {}", part.line());
+            }
         }
         md
     }
