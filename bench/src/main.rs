@@ -232,7 +232,7 @@ enum Command {
     /// through the broker, a fire's rows in Postgres (today's and written once).
     Floor {
         /// Fires a second of each part.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
         rate: u32,
         /// Seconds of each part before the measured ones.
         #[arg(long, default_value_t = 10)]

@@ -90,13 +90,17 @@ async fn executor_killed_during_callbacks_repeats_only_what_was_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_marked_by_a_killed_executor_run_again_under_the_same_owner() {
     let sink = Sink::start().await;
-    sink.behave("/load", Behaviour::slow(Duration::from_millis(300)));
+    // Long enough that the calls seen at the sink are still unanswered at the kill however
+    // slowly a busy machine notices them and kills (300 ms was once too short: every call of
+    // the second was repeated, so in flight, but had come 250 ms before the kill returned).
+    const HOLD_MS: i64 = 600;
+    sink.behave("/load", Behaviour::slow(Duration::from_millis(HOLD_MS as u64)));
     let mut stack = Stack::start(&fast_recovery()).await;
     // `skip` marks every run, so each one in flight at the kill is a `running` row.
     let load = Load::start_with_overlap(&stack, &sink, 20, 10, "skip").await;
     until(&load, 4).await;
     // Killed as soon as second 4's first call has reached the sink, which holds each for
-    // 300 ms: calls are in flight then however late the busy machine delivers that second
+    // HOLD_MS: calls are in flight then however late the busy machine delivers that second
     // (a fixed 150 ms after it came too early once: nothing had been called yet).
     let second_4 = load.at(4);
     eventually(Duration::from_secs(30), "a call of second 4", || async {
@@ -135,11 +139,11 @@ async fn runs_marked_by_a_killed_executor_run_again_under_the_same_owner() {
             .filter_map(|c| c.idempotency_key.clone())
             .collect()
     };
-    // Received in the 250 ms before the kill: still unanswered (300 ms) when it came.
-    let unanswered = received_within(-250, 0);
+    // Received in the HOLD_MS (less 50) before the kill: still unanswered when it came.
+    let unanswered = received_within(-(HOLD_MS - 50), 0);
     // What may run again: calls made before the kill (some may reach the sink a little
     // after it) whose outcome was not written yet.
-    let may_repeat = received_within(-((300 + WRITE_BACK.as_millis()) as i64), SINK_DELAY.as_millis() as i64);
+    let may_repeat = received_within(-(HOLD_MS + WRITE_BACK.as_millis() as i64), SINK_DELAY.as_millis() as i64);
     let mut counts = std::collections::HashMap::<String, usize>::new();
     for key in calls.iter().filter_map(|c| c.idempotency_key.clone()) {
         *counts.entry(key).or_default() += 1;
