@@ -93,7 +93,12 @@ pub fn rss(pid: u32) -> Option<(u64, u64)> {
 /// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces):
 /// the line's third field (state) comes first.
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_fields_at(std::path::Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// The same, of a `stat` file given by its path (a thread's, under `/proc/<pid>/task`).
+fn stat_fields_at(path: &std::path::Path) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(path).ok()?;
     Some(stat.get(stat.rfind(')')? + 2..)?.split_whitespace().map(str::to_owned).collect())
 }
 
@@ -121,8 +126,8 @@ pub fn thread_cpu_seconds(name: &str) -> f64 {
             if comm.trim_end() != name {
                 return None;
             }
-            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-            let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+            let fields = stat_fields_at(&path.join("stat"))?;
+            // utime, stime: a thread has no children of its own.
             Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
         })
         .sum();
