@@ -229,7 +229,7 @@ enum Command {
         servers: Servers,
     },
     /// What a fire's parts cost alone, each at a paced rate: an HTTP call, a task message
-    /// through the broker, a fire's rows in Postgres (today's and written once).
+    /// through the broker, a fire's rows in Postgres (today's, with a HOT outcome, written once).
     Floor {
         /// Fires a second of each part.
         #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
