@@ -99,30 +99,26 @@ struct Pace {
     duration: Duration,
 }
 
-/// What to do next at a pace.
-enum Step {
-    /// Fires `count` more, numbered from `first`.
-    Fire { first: u64, count: usize },
-    /// The warm-up ends: sample the CPU.
-    Measure,
-    /// The measured time ends, with this many fires in it: sample the CPU again.
-    Done(u64),
-}
+/// CPU seconds of the two things a part measures (processes, or a process and a thread).
+type Sample = (f64, f64);
 
-/// `rate` fires a second in ticks of `batch` fires (of a millisecond's fires at least).
-struct Ticker {
+/// `rate` fires a second in ticks of `batch` fires (of a millisecond's fires at least),
+/// sampling the CPU when the warm-up ends and when the measured time ends.
+struct Ticker<S> {
     pace: Pace,
     ticks: tokio::time::Interval,
     per_tick: usize,
     started: tokio::time::Instant,
     fired: u64,
-    measured_from: Option<u64>,
-    /// The tick at which the warm-up ended fires after its sample.
-    owed: bool,
+    sample: S,
+    /// The fires made and the sample taken when the warm-up ended.
+    measured_from: Option<(u64, Sample)>,
+    /// The fires measured and the sample taken when the measured time ended.
+    ended: Option<(u64, Sample)>,
 }
 
-impl Ticker {
-    fn new(pace: Pace, batch: usize) -> Ticker {
+impl<S: FnMut() -> Sample> Ticker<S> {
+    fn new(pace: Pace, batch: usize, sample: S) -> Ticker<S> {
         let period = Duration::from_secs_f64(batch as f64 / f64::from(pace.rate)).max(Duration::from_millis(1));
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -133,27 +129,58 @@ impl Ticker {
             per_tick,
             started: tokio::time::Instant::now(),
             fired: 0,
+            sample,
             measured_from: None,
-            owed: false,
+            ended: None,
         }
     }
 
-    async fn next(&mut self) -> Step {
-        if !std::mem::take(&mut self.owed) {
-            self.ticks.tick().await;
-            let elapsed = self.started.elapsed();
-            if elapsed >= self.pace.warmup + self.pace.duration {
-                return Step::Done(self.fired - self.measured_from.unwrap_or(0));
-            }
-            if self.measured_from.is_none() && elapsed >= self.pace.warmup {
-                self.measured_from = Some(self.fired);
-                self.owed = true;
-                return Step::Measure;
-            }
+    /// The next fires to make, numbered from the first of them, or `None` once the
+    /// measured time has ended.
+    async fn next(&mut self) -> Option<(u64, usize)> {
+        if self.ended.is_some() {
+            return None;
+        }
+        self.ticks.tick().await;
+        let elapsed = self.started.elapsed();
+        if elapsed >= self.pace.warmup + self.pace.duration {
+            let from = self.measured_from.map_or(0, |(fired, _)| fired);
+            self.ended = Some((self.fired - from, (self.sample)()));
+            return None;
+        }
+        if self.measured_from.is_none() && elapsed >= self.pace.warmup {
+            self.measured_from = Some((self.fired, (self.sample)()));
         }
         let first = self.fired;
         self.fired += self.per_tick as u64;
-        Step::Fire { first, count: self.per_tick }
+        Some((first, self.per_tick))
+    }
+
+    /// What the measured time cost, once [`Ticker::next`] has returned `None`.
+    fn measured(&self) -> anyhow::Result<Measured> {
+        let (Some((_, first)), Some((fires, last))) = (self.measured_from, self.ended) else {
+            anyhow::bail!("the measured time has not ended");
+        };
+        Ok(Measured {
+            fires,
+            per_s: fires as f64 / self.pace.duration.as_secs_f64(),
+            used: (last.0 - first.0, last.1 - first.1),
+        })
+    }
+}
+
+/// The fires made in a part's measured time and the CPU its two samples' subjects used.
+struct Measured {
+    fires: u64,
+    per_s: f64,
+    /// CPU seconds each used over the measured time.
+    used: Sample,
+}
+
+impl Measured {
+    /// µs a fire of `seconds` of CPU over the measured time.
+    fn per_fire(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.fires.max(1) as f64
     }
 }
 
@@ -174,43 +201,32 @@ async fn http(pace: &Pace, name: &'static str) -> anyhow::Result<Part> {
     let slots = Arc::new(Semaphore::new(CALLS_AT_ONCE));
     let failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let own = std::process::id();
-    let sample = || (cpu_seconds(own).unwrap_or(0.0), thread_cpu_seconds("lag-sink"));
-    let mut samples = Vec::new();
-    let mut ticker = Ticker::new(*pace, 1);
-    let fires = loop {
-        match ticker.next().await {
-            Step::Fire { first, count } => {
-                for i in first..first + count as u64 {
-                    let slot = slots.clone().acquire_owned().await?;
-                    let request = call(&url, timer, base + chrono::Duration::microseconds(i as i64))?;
-                    let (client, failures) = (client.clone(), failures.clone());
-                    tokio::spawn(async move {
-                        let answered = match client.request(request).await {
-                            Ok(response) => response.into_body().collect().await.is_ok(),
-                            Err(_) => false,
-                        };
-                        if !answered {
-                            failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        drop(slot);
-                    });
+    let mut ticker = Ticker::new(*pace, 1, || (cpu_seconds(own).unwrap_or(0.0), thread_cpu_seconds("lag-sink")));
+    while let Some((first, count)) = ticker.next().await {
+        for i in first..first + count as u64 {
+            let slot = slots.clone().acquire_owned().await?;
+            let request = call(&url, timer, base + chrono::Duration::microseconds(i as i64))?;
+            let (client, failures) = (client.clone(), failures.clone());
+            tokio::spawn(async move {
+                let answered = match client.request(request).await {
+                    Ok(response) => response.into_body().collect().await.is_ok(),
+                    Err(_) => false,
+                };
+                if !answered {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-            }
-            Step::Measure => samples.push(sample()),
-            Step::Done(fires) => {
-                samples.push(sample());
-                break fires;
-            }
+                drop(slot);
+            });
         }
-    };
+    }
     let failed = failures.load(std::sync::atomic::Ordering::Relaxed);
     anyhow::ensure!(failed == 0, "{failed} calls to the sink failed");
-    let [(all0, sink0), (all1, sink1)] = samples[..] else { anyhow::bail!("two samples expected") };
-    let per = |seconds: f64| seconds * 1e6 / fires.max(1) as f64;
+    let measured = ticker.measured()?;
+    let (all, sink) = measured.used;
     Ok(Part {
         name,
-        per_s: fires as f64 / pace.duration.as_secs_f64(),
-        cpu_us: vec![("client", per((all1 - all0) - (sink1 - sink0))), ("sink", per(sink1 - sink0))],
+        per_s: measured.per_s,
+        cpu_us: vec![("client", measured.per_fire(all - sink)), ("sink", measured.per_fire(sink))],
     })
 }
 
@@ -280,45 +296,33 @@ async fn kafka(env: &Env, pace: &Pace) -> anyhow::Result<Part> {
     };
     let own = std::process::id();
     let broker = env.broker_pid();
-    let sample = || (cpu_seconds(own).unwrap_or(0.0), broker.and_then(cpu_seconds).unwrap_or(0.0));
-    let mut samples = Vec::new();
     let mut deliveries = futures::stream::FuturesUnordered::new();
-    let mut ticker = Ticker::new(*pace, 1);
-    let fires = loop {
-        match ticker.next().await {
-            Step::Fire { first, count } => {
-                for i in first..first + count as u64 {
-                    message.task_id = i as i64;
-                    message.bucket = (i % 1024) as i16;
-                    let payload = serde_json::to_vec(&message)?;
-                    let key = message.key();
-                    let record = FutureRecord::to(&topic)
-                        .partition(i32::from(message.bucket) % PARTITIONS)
-                        .key(&key)
-                        .payload(&payload);
-                    match producer.send_result(record) {
-                        Ok(delivery) => deliveries.push(delivery),
-                        Err((e, _)) => anyhow::bail!("producing: {e}"),
-                    }
-                }
-                // The acknowledgements come, as the scanner reads them, while it sends more.
-                while let Some(Some(_)) = deliveries.next().now_or_never() {}
-            }
-            Step::Measure => samples.push(sample()),
-            Step::Done(fires) => {
-                samples.push(sample());
-                break fires;
+    let mut ticker =
+        Ticker::new(*pace, 1, || (cpu_seconds(own).unwrap_or(0.0), broker.and_then(cpu_seconds).unwrap_or(0.0)));
+    while let Some((first, count)) = ticker.next().await {
+        for i in first..first + count as u64 {
+            message.task_id = i as i64;
+            message.bucket = (i % 1024) as i16;
+            let payload = serde_json::to_vec(&message)?;
+            let key = message.key();
+            let record =
+                FutureRecord::to(&topic).partition(i32::from(message.bucket) % PARTITIONS).key(&key).payload(&payload);
+            match producer.send_result(record) {
+                Ok(delivery) => deliveries.push(delivery),
+                Err((e, _)) => anyhow::bail!("producing: {e}"),
             }
         }
-    };
+        // The acknowledgements come, as the scanner reads them, while it sends more.
+        while let Some(Some(_)) = deliveries.next().now_or_never() {}
+    }
     while deliveries.next().await.is_some() {}
     consuming.abort();
-    let [(own0, broker0), (own1, broker1)] = samples[..] else { anyhow::bail!("two samples expected") };
-    let per = |seconds: f64| seconds * 1e6 / fires.max(1) as f64;
+    let measured = ticker.measured()?;
+    let (clients, broker) = measured.used;
     Ok(Part {
         name: "a task message (the scanner's producer → the broker → a consumer)",
-        per_s: fires as f64 / pace.duration.as_secs_f64(),
-        cpu_us: vec![("clients", per(own1 - own0)), ("broker", per(broker1 - broker0))],
+        per_s: measured.per_s,
+        cpu_us: vec![("clients", measured.per_fire(clients)), ("broker", measured.per_fire(broker))],
     })
 }
 
@@ -344,8 +348,6 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
         let mut running: Option<tokio::task::JoinHandle<anyhow::Result<()>>> = None;
         let base = Utc::now();
         let own = std::process::id();
-        let sample = || (env.postgres_cpu(), cpu_seconds(own).unwrap_or(0.0));
-        let mut samples = Vec::new();
         // Today's occurrences are planned in large passes, and started and finished in the
         // write-back's batches a second after.
         let behind = (pace.rate as usize / ROWS_A_STATEMENT).max(1);
@@ -353,51 +355,40 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
             (pace.rate as usize).div_ceil(10 * ROWS_A_STATEMENT).clamp(1, MOST_BATCHES_PLANNED) * ROWS_A_STATEMENT;
         let mut planned = Vec::new();
         let mut inserted: std::collections::VecDeque<Vec<i64>> = Default::default();
-        let mut ticker = Ticker::new(*pace, ROWS_A_STATEMENT);
-        let fires = loop {
-            match ticker.next().await {
-                Step::Fire { first, count } => {
-                    let occurrences: Vec<(Uuid, DateTime<Utc>)> = (first..first + count as u64)
-                        .map(|i| {
-                            (timers[i as usize % TIMERS], base + chrono::Duration::seconds((i / TIMERS as u64) as i64))
-                        })
-                        .collect();
-                    match layout {
-                        Layout::Today | Layout::HotOutcome | Layout::Inserted | Layout::InsertedAndFinished => {
-                            planned.extend(occurrences);
-                            if planned.len() >= planned_a_statement {
-                                let ids = insert_claimed(&pool, &std::mem::take(&mut planned)).await?;
-                                inserted.extend(ids.chunks(ROWS_A_STATEMENT).map(<[i64]>::to_vec));
+        let mut ticker = Ticker::new(*pace, ROWS_A_STATEMENT, || (env.postgres_cpu(), cpu_seconds(own).unwrap_or(0.0)));
+        while let Some((first, count)) = ticker.next().await {
+            let occurrences: Vec<(Uuid, DateTime<Utc>)> = (first..first + count as u64)
+                .map(|i| (timers[i as usize % TIMERS], base + chrono::Duration::seconds((i / TIMERS as u64) as i64)))
+                .collect();
+            match layout {
+                Layout::Today | Layout::HotOutcome | Layout::Inserted | Layout::InsertedAndFinished => {
+                    planned.extend(occurrences);
+                    if planned.len() >= planned_a_statement {
+                        let ids = insert_claimed(&pool, &std::mem::take(&mut planned)).await?;
+                        inserted.extend(ids.chunks(ROWS_A_STATEMENT).map(<[i64]>::to_vec));
+                    }
+                    if inserted.len() > behind {
+                        let ids = inserted.pop_front().expect("more than one batch");
+                        if layout.finishes() {
+                            // On a connection of its own, beside the inserts, as the
+                            // executor's statements run beside the scanner's.
+                            if let Some(previous) = running.take() {
+                                previous.await??;
                             }
-                            if inserted.len() > behind {
-                                let ids = inserted.pop_front().expect("more than one batch");
-                                if layout.finishes() {
-                                    // On a connection of its own, beside the inserts, as the
-                                    // executor's statements run beside the scanner's.
-                                    if let Some(previous) = running.take() {
-                                        previous.await??;
-                                    }
-                                    let (pool, actions) = (pool.clone(), actions.clone());
-                                    let read = matches!(layout, Layout::Today | Layout::HotOutcome);
-                                    running = Some(tokio::spawn(async move {
-                                        start_and_finish(&pool, &ids, read.then_some(&*actions)).await
-                                    }));
-                                }
-                            }
-                        }
-                        Layout::OneWrite => {
-                            read_unwritten(&pool, &occurrences).await?;
-                            insert_finished(&pool, &occurrences).await?;
+                            let (pool, actions) = (pool.clone(), actions.clone());
+                            let read = matches!(layout, Layout::Today | Layout::HotOutcome);
+                            running = Some(tokio::spawn(async move {
+                                start_and_finish(&pool, &ids, read.then_some(&*actions)).await
+                            }));
                         }
                     }
                 }
-                Step::Measure => samples.push(sample()),
-                Step::Done(fires) => {
-                    samples.push(sample());
-                    break fires;
+                Layout::OneWrite => {
+                    read_unwritten(&pool, &occurrences).await?;
+                    insert_finished(&pool, &occurrences).await?;
                 }
             }
-        };
+        }
         if let Some(last) = running.take() {
             last.await??;
         }
@@ -409,12 +400,12 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
             println!("floor: {}: {hot} of {updates} updates of tasks HOT", layout.name());
         }
         scratch.drop().await?;
-        let [(pg0, own0), (pg1, own1)] = samples[..] else { anyhow::bail!("two samples expected") };
-        let per = |seconds: f64| seconds * 1e6 / fires.max(1) as f64;
+        let measured = ticker.measured()?;
+        let (postgres, client) = measured.used;
         parts.push(Part {
             name: layout.name(),
-            per_s: fires as f64 / pace.duration.as_secs_f64(),
-            cpu_us: vec![("postgres", per(pg1 - pg0)), ("client", per(own1 - own0))],
+            per_s: measured.per_s,
+            cpu_us: vec![("postgres", measured.per_fire(postgres)), ("client", measured.per_fire(client))],
         });
     }
     Ok(parts)
@@ -565,29 +556,24 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_ticker_fires_the_rate_in_batches_and_counts_only_the_measured_fires() {
         let pace = Pace { rate: 2_000, warmup: Duration::from_secs(1), duration: Duration::from_secs(3) };
-        let mut ticker = Ticker::new(pace, 67);
-        let (mut before, mut during, mut batches) = (0u64, 0u64, Vec::new());
-        let mut measuring = false;
-        let counted = loop {
-            match ticker.next().await {
-                Step::Fire { first, count } => {
-                    assert_eq!(first, before + during, "fires are numbered in order");
-                    batches.push(count);
-                    if measuring {
-                        during += count as u64;
-                    } else {
-                        before += count as u64;
-                    }
-                }
-                Step::Measure => {
-                    assert!(!measuring, "the warm-up ends once");
-                    measuring = true;
-                }
-                Step::Done(fires) => break fires,
+        // The sample counts the fires made, so that each sample shows when it was taken.
+        let made = std::cell::Cell::new(0u64);
+        let mut ticker = Ticker::new(pace, 67, || (made.get() as f64, 0.0));
+        let (mut before, mut batches) = (None, Vec::new());
+        while let Some((first, count)) = ticker.next().await {
+            assert_eq!(first, made.get(), "fires are numbered in order");
+            batches.push(count);
+            made.set(made.get() + count as u64);
+            if before.is_none() && ticker.measured_from.is_some() {
+                before = Some(first);
             }
-        };
-        assert!(measuring);
-        assert_eq!(counted, during);
+        }
+        assert!(ticker.next().await.is_none(), "the measured time ends once");
+        let before = before.expect("the warm-up ended");
+        let measured = ticker.measured().expect("measured");
+        let during = made.get() - before;
+        assert_eq!(measured.fires, during);
+        assert_eq!(measured.used.0, during as f64, "sampled when the warm-up ended and when the measured time did");
         assert!(batches.iter().all(|&b| b == 67), "batches of 67: {batches:?}");
         // 2,000 a second for 3 s, to within a batch.
         assert!((5_933..=6_067).contains(&during), "{during} fires in 3 s");
