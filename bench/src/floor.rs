@@ -29,8 +29,8 @@ use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::baselines::Scratch;
-use crate::env::Env;
-use crate::measure::{cpu_seconds, thread_cpu_seconds};
+use crate::env::{settle_stats, Env};
+use crate::measure::{cpu_seconds, thread_cpu_seconds, RowWrites};
 use crate::sink::LagSink;
 
 /// Calls at once to the sink: a target's first limit in the executor.
@@ -75,16 +75,12 @@ pub async fn run(env: &Env, rate: u32, warmup: u32, duration: u32) -> anyhow::Re
     let multi_thread = http(&pace, "an HTTP call (hyper's client → the bench's sink)").await?;
     // The same client on a runtime of one thread, as the sink serves: its connections'
     // tasks and the calls' never wake another thread.
-    let one_thread = std::thread::spawn(move || -> anyhow::Result<Part> {
+    let one_thread = tokio::task::spawn_blocking(move || -> anyhow::Result<Part> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(http(&pace, "an HTTP call, the client on a current-thread runtime"))
-    });
-    let one_thread = tokio::task::spawn_blocking(move || one_thread.join()).await?;
-    let mut parts = vec![
-        multi_thread,
-        one_thread.map_err(|_| anyhow::anyhow!("the client's thread panicked"))??,
-        kafka(env, &pace).await?,
-    ];
+    })
+    .await??;
+    let mut parts = vec![multi_thread, one_thread, kafka(env, &pace).await?];
     parts.extend(postgres(env, &pace).await?);
     for part in &parts {
         part.print();
@@ -161,26 +157,29 @@ impl<S: FnMut() -> Sample> Ticker<S> {
         let (Some((_, first)), Some((fires, last))) = (self.measured_from, self.ended) else {
             anyhow::bail!("the measured time has not ended");
         };
-        Ok(Measured {
-            fires,
-            per_s: fires as f64 / self.pace.duration.as_secs_f64(),
-            used: (last.0 - first.0, last.1 - first.1),
-        })
+        Ok(Measured { fires, duration: self.pace.duration, used: (last.0 - first.0, last.1 - first.1) })
     }
 }
 
 /// The fires made in a part's measured time and the CPU its two samples' subjects used.
 struct Measured {
     fires: u64,
-    per_s: f64,
+    duration: Duration,
     /// CPU seconds each used over the measured time.
     used: Sample,
 }
 
 impl Measured {
-    /// µs a fire of `seconds` of CPU over the measured time.
-    fn per_fire(&self, seconds: f64) -> f64 {
-        seconds * 1e6 / self.fires.max(1) as f64
+    /// The part named `name`, with the CPU seconds of each process (or thread) named.
+    fn part(&self, name: &'static str, cpu_seconds: [(&'static str, f64); 2]) -> Part {
+        Part {
+            name,
+            per_s: self.fires as f64 / self.duration.as_secs_f64(),
+            cpu_us: cpu_seconds
+                .into_iter()
+                .map(|(who, seconds)| (who, seconds * 1e6 / self.fires.max(1) as f64))
+                .collect(),
+        }
     }
 }
 
@@ -223,11 +222,7 @@ async fn http(pace: &Pace, name: &'static str) -> anyhow::Result<Part> {
     anyhow::ensure!(failed == 0, "{failed} calls to the sink failed");
     let measured = ticker.measured()?;
     let (all, sink) = measured.used;
-    Ok(Part {
-        name,
-        per_s: measured.per_s,
-        cpu_us: vec![("client", measured.per_fire(all - sink)), ("sink", measured.per_fire(sink))],
-    })
+    Ok(measured.part(name, [("client", all - sink), ("sink", sink)]))
 }
 
 /// A callback as the executor makes it to a timer without a body or a signing secret.
@@ -319,11 +314,10 @@ async fn kafka(env: &Env, pace: &Pace) -> anyhow::Result<Part> {
     consuming.abort();
     let measured = ticker.measured()?;
     let (clients, broker) = measured.used;
-    Ok(Part {
-        name: "a task message (the scanner's producer → the broker → a consumer)",
-        per_s: measured.per_s,
-        cpu_us: vec![("clients", measured.per_fire(clients)), ("broker", measured.per_fire(broker))],
-    })
+    Ok(measured.part(
+        "a task message (the scanner's producer → the broker → a consumer)",
+        [("clients", clients), ("broker", broker)],
+    ))
 }
 
 /// A fire's statements in a database of its own with Punctual's schema, in batches of
@@ -393,20 +387,14 @@ async fn postgres(env: &Env, pace: &Pace) -> anyhow::Result<Vec<Part>> {
             last.await??;
         }
         if layout.finishes() {
-            let (updates, hot): (i64, i64) =
-                sqlx::query_as("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks'")
-                    .fetch_one(&pool)
-                    .await?;
-            println!("floor: {}: {hot} of {updates} updates of tasks HOT", layout.name());
+            settle_stats(&pool).await;
+            let writes = RowWrites::read(&pool).await?;
+            println!("floor: {}: {} of {} updates HOT", layout.name(), writes.hot_updated, writes.updated);
         }
         scratch.drop().await?;
         let measured = ticker.measured()?;
         let (postgres, client) = measured.used;
-        parts.push(Part {
-            name: layout.name(),
-            per_s: measured.per_s,
-            cpu_us: vec![("postgres", measured.per_fire(postgres)), ("client", measured.per_fire(client))],
-        });
+        parts.push(measured.part(layout.name(), [("postgres", postgres), ("client", client)]));
     }
     Ok(parts)
 }
